@@ -1,8 +1,128 @@
-// Package seccomp compiles airlock's seccomp-BPF profiles and installs them.
+// Package seccomp owns airlock's seccomp-BPF layer: the syscall tables, the
+// default allowlist profile, the compiler from a Profile to a classic BPF
+// program, the installer, and a disassembler used for golden files.
+//
+// The model is an allowlist. Every syscall the profile does not allow fails
+// with EPERM; the syscalls in the package's forbidden set (ptrace, bpf,
+// mount, unshare, keyctl, io_uring, ...) can never be allowed by any
+// Profile, and clone, socket, socketpair, ioctl and personality are allowed
+// only for argument values that cannot escape the sandbox.
+//
+// Rules for anyone changing this package:
+//
+//   - Never silently drop a rule. An unknown syscall name, a name that is
+//     both allowed and denied, a forbidden syscall in the allowlist, an
+//     impossible argument condition or a program that does not fit in the
+//     kernel's 4096-instruction limit is an error from Compile, never a
+//     skipped entry.
+//   - Never widen a profile behind the caller's back: Deny only removes
+//     permissions; nothing in this package adds any.
+//   - Every program first checks seccomp_data.arch (and on x86-64 the x32
+//     bit) and kills the process on a foreign ABI, because syscall numbers
+//     are only meaningful for one ABI.
+//   - Arguments that the kernel truncates to 32 bits (int / unsigned int
+//     parameters such as the ioctl request) are compared on their low 32
+//     bits only, so garbage in the high half cannot dodge a deny rule.
+//     64-bit parameters compare both halves.
+//
+// The tables for amd64 and arm64 are compiled into every build (they are
+// plain data, see gen_tables.go) so that both can be tested anywhere; Lookup
+// and Compile use the table of the running architecture only.
 package seccomp
 
-// Lookup returns the syscall number of name on this architecture.
-// PLACEHOLDER: replaced by the generated table.
+import (
+	"fmt"
+	"runtime"
+	"sort"
+	"sync"
+)
+
+// archInfo describes one supported syscall ABI.
+type archInfo struct {
+	goarch    string
+	name      string // human name used in messages and the disassembly
+	auditArch uint32 // seccomp_data.arch value (AUDIT_ARCH_*)
+	x32Bit    bool   // numbers with bit 30 set belong to another ABI (x32)
+	table     map[string]int
+
+	once  sync.Once
+	names map[int]string
+}
+
+// x32SyscallBit is __X32_SYSCALL_BIT: x32 syscalls share AUDIT_ARCH_X86_64
+// and differ only by this bit in the number.
+const x32SyscallBit = 0x40000000
+
+// AUDIT_ARCH_* values (linux/audit.h).
+const (
+	auditArchX86_64  = 0xc000003e
+	auditArchAArch64 = 0xc00000b7
+)
+
+var arches = []*archInfo{
+	{goarch: "amd64", name: "x86_64", auditArch: auditArchX86_64, x32Bit: true, table: x86_64Syscalls},
+	{goarch: "arm64", name: "aarch64", auditArch: auditArchAArch64, table: aarch64Syscalls},
+}
+
+// archFor returns the ABI description for a GOARCH.
+func archFor(goarch string) (*archInfo, error) {
+	for _, a := range arches {
+		if a.goarch == goarch {
+			return a, nil
+		}
+	}
+	return nil, fmt.Errorf("seccomp: architecture %s not supported", goarch)
+}
+
+// archByAudit returns the ABI whose AUDIT_ARCH value is v, or nil.
+func archByAudit(v uint32) *archInfo {
+	for _, a := range arches {
+		if a.auditArch == v {
+			return a
+		}
+	}
+	return nil
+}
+
+// nameOf returns the syscall name of nr on a, or "".
+func (a *archInfo) nameOf(nr int) string {
+	a.once.Do(func() {
+		a.names = make(map[int]string, len(a.table))
+		for n, v := range a.table {
+			a.names[v] = n
+		}
+	})
+	return a.names[nr]
+}
+
+// knownAnywhere reports whether name is a syscall on any supported
+// architecture.
+func knownAnywhere(name string) bool {
+	for _, a := range arches {
+		if _, ok := a.table[name]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Lookup returns the syscall number of name on the running architecture.
+// On an unsupported architecture it always returns false.
 func Lookup(name string) (nr int, ok bool) {
-	return 0, false
+	a, err := archFor(runtime.GOARCH)
+	if err != nil {
+		return 0, false
+	}
+	nr, ok = a.table[name]
+	return nr, ok
+}
+
+// sortedNames returns the keys of a table in syscall-number order.
+func (a *archInfo) sortedNames() []string {
+	names := make([]string, 0, len(a.table))
+	for n := range a.table {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return a.table[names[i]] < a.table[names[j]] })
+	return names
 }

@@ -1,0 +1,50 @@
+// Command airlock runs untrusted code, most often written by an AI agent, in
+// a sandbox. See README.md.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-dev/airlock/internal/runtime/native"
+)
+
+// exitError carries an exit code out of a command without printing.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// Exit codes of airlock's own failures (as opposed to the sandboxed
+// command's status, which airlock passes through).
+const (
+	exitSetup    = 125 // the sandbox could not be created
+	exitTimeout  = 124 // --timeout expired
+	exitNotExec  = 126 // the command could not be started
+	exitNotFound = 127 // the command does not exist in the sandbox
+)
+
+func main() {
+	// The sandbox's init is this same binary; dispatch before anything else.
+	if len(os.Args) > 1 && os.Args[1] == native.InitArg {
+		native.InitMain()
+		return
+	}
+	root := &cobra.Command{
+		Use:           "airlock",
+		Short:         "Run untrusted code in a sandbox",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newRunCmd(), newDoctorCmd())
+	if err := root.Execute(); err != nil {
+		var ee exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
+		fmt.Fprintf(os.Stderr, "airlock: %v\n", err)
+		os.Exit(2)
+	}
+}

@@ -1,0 +1,369 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+
+	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/runtime/native"
+	"github.com/airlock-dev/airlock/internal/sandbox"
+)
+
+type runFlags struct {
+	workspace, policyFile, image, cgroupParent string
+	env, ro, rw, binds, deny                   []string
+	protect, unprotect, denySyscalls           []string
+	memory, swap, disk, tmp, shm, fsize        string
+	pids                                       int64
+	cpu                                        float64
+	nofile                                     uint64
+	timeout                                    time.Duration
+	noLandlock, noSeccomp, noCgroups           bool
+	noTTY, verbose                             bool
+}
+
+func newRunCmd() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- COMMAND [ARG...]",
+		Short: "Run one command in a fresh sandbox, then destroy it",
+		Long: `Run one command in a fresh sandbox and exit with its status (128+N when a
+signal N killed it). The host's system directories are visible read-only under
+a copy-on-write layer, the workspace is mounted read-write at /workspace (the
+working directory), there is no network, and nothing of the caller's
+environment is passed unless asked for.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRun(cmd, &f, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.SetInterspersed(false)
+	fl.StringVarP(&f.workspace, "workspace", "w", "", "host directory mounted read-write at /workspace (default: a fresh empty directory, removed afterwards)")
+	fl.StringVarP(&f.policyFile, "policy", "p", "", "policy file (YAML); flags override it")
+	fl.StringVar(&f.image, "image", "", "root filesystem directory (default: the host's system directories, read-only)")
+	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE, or pass KEY from this environment (repeatable)")
+	fl.StringArrayVar(&f.ro, "ro", nil, "host path made visible read-only at the same path (repeatable)")
+	fl.StringArrayVar(&f.rw, "rw", nil, "host path made visible read-write at the same path (repeatable)")
+	fl.StringArrayVar(&f.binds, "bind", nil, "SRC:DST[:rw] bind mount from the host (read-only unless :rw; repeatable)")
+	fl.StringArrayVar(&f.deny, "deny", nil, "path inside the sandbox to hide (repeatable)")
+	fl.StringArrayVar(&f.protect, "protect", nil, "workspace path that stays read-only (repeatable)")
+	fl.StringArrayVar(&f.unprotect, "unprotect", nil, "remove a default protected workspace path by name (repeatable)")
+	fl.StringArrayVar(&f.denySyscalls, "deny-syscall", nil, "syscall to deny besides the default seccomp profile (repeatable)")
+	fl.StringVar(&f.memory, "memory", "", "memory limit (e.g. 512MiB; default 2GiB)")
+	fl.StringVar(&f.swap, "swap", "", "swap allowed on top of memory (default 0)")
+	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads (default 1024)")
+	fl.Float64Var(&f.cpu, "cpu", 0, "CPU cores (e.g. 1.5; default no cap)")
+	fl.DurationVar(&f.timeout, "timeout", 0, "wall-clock limit; the whole sandbox is killed when it expires (exit 124)")
+	fl.StringVar(&f.disk, "disk", "", "size of the writable copy-on-write layer (default 1GiB)")
+	fl.StringVar(&f.tmp, "tmp", "", "size of /tmp (default 512MiB)")
+	fl.StringVar(&f.shm, "shm", "", "size of /dev/shm (default 64MiB)")
+	fl.StringVar(&f.fsize, "fsize", "", "largest file a process may write (RLIMIT_FSIZE)")
+	fl.Uint64Var(&f.nofile, "nofile", 0, "open file limit (default 1024)")
+	fl.StringVar(&f.cgroupParent, "cgroup-parent", "", "cgroup under which to create the sandbox's cgroup")
+	fl.BoolVar(&f.noLandlock, "insecure-no-landlock", false, "run without the Landlock layer (weaker; warned on every run)")
+	fl.BoolVar(&f.noSeccomp, "insecure-no-seccomp", false, "run without the seccomp layer (weaker; warned on every run)")
+	fl.BoolVar(&f.noCgroups, "insecure-no-cgroups", false, "run without cgroup limits (weaker; warned on every run)")
+	fl.BoolVar(&f.noTTY, "no-tty", false, "never allocate a terminal, even when stdin is one")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "report the isolation layers applied and setup timings")
+	return cmd
+}
+
+// buildPolicy loads the policy file and applies the flags on top of it.
+func buildPolicy(f *runFlags) (*policy.Policy, error) {
+	p := &policy.Policy{}
+	if f.policyFile != "" {
+		var err error
+		if p, err = policy.Load(f.policyFile); err != nil {
+			return nil, err
+		}
+	}
+	if f.workspace != "" {
+		abs, err := filepath.Abs(f.workspace)
+		if err != nil {
+			return nil, err
+		}
+		p.Workspace = abs
+	}
+	if f.image != "" {
+		abs, err := filepath.Abs(f.image)
+		if err != nil {
+			return nil, err
+		}
+		p.Image = abs
+	}
+	for _, s := range []struct {
+		flag string
+		val  string
+		dst  *int64
+	}{
+		{"--memory", f.memory, &p.Resources.Memory}, {"--swap", f.swap, &p.Resources.Swap},
+		{"--disk", f.disk, &p.Resources.Disk}, {"--tmp", f.tmp, &p.Resources.Tmp},
+		{"--shm", f.shm, &p.Resources.Shm}, {"--fsize", f.fsize, &p.Resources.FileSize},
+	} {
+		if s.val == "" {
+			continue
+		}
+		n, err := policy.ParseSize(s.val)
+		if err != nil {
+			return nil, fmt.Errorf("%s %q: %v", s.flag, s.val, err)
+		}
+		*s.dst = n
+	}
+	if f.pids != 0 {
+		p.Resources.Pids = f.pids
+	}
+	if f.cpu != 0 {
+		p.Resources.CPU = f.cpu
+	}
+	if f.nofile != 0 {
+		p.Resources.NoFile = f.nofile
+	}
+	if f.timeout != 0 {
+		p.Resources.Timeout = f.timeout
+	}
+	p.Filesystem.ReadOnly = append(p.Filesystem.ReadOnly, absAll(f.ro)...)
+	p.Filesystem.Writable = append(p.Filesystem.Writable, absAll(f.rw)...)
+	p.Filesystem.Deny = append(p.Filesystem.Deny, f.deny...)
+	for _, b := range f.binds {
+		parts := strings.Split(b, ":")
+		if len(parts) < 2 || len(parts) > 3 || (len(parts) == 3 && parts[2] != "rw" && parts[2] != "ro") {
+			return nil, fmt.Errorf("--bind %q: want SRC:DST or SRC:DST:rw", b)
+		}
+		src, _ := filepath.Abs(parts[0])
+		p.Filesystem.Binds = append(p.Filesystem.Binds, policy.Bind{Source: src, Target: parts[1], Writable: len(parts) == 3 && parts[2] == "rw"})
+	}
+	p.Filesystem.Protect.Add = append(p.Filesystem.Protect.Add, f.protect...)
+	p.Filesystem.Protect.Remove = append(p.Filesystem.Protect.Remove, f.unprotect...)
+	p.Seccomp.Deny = append(p.Seccomp.Deny, f.denySyscalls...)
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func absAll(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i], _ = filepath.Abs(p)
+	}
+	return out
+}
+
+func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
+	stderr := cmd.ErrOrStderr()
+	fail := func(code int, format string, args ...any) error {
+		fmt.Fprintf(stderr, "airlock: "+format+"\n", args...)
+		return exitError{code}
+	}
+	p, err := buildPolicy(f)
+	if err != nil {
+		return fail(exitSetup, "%v", err)
+	}
+	insecure := runtime.Insecure{NoLandlock: f.noLandlock, NoSeccomp: f.noSeccomp, NoCgroups: f.noCgroups}
+	for _, w := range []struct {
+		on    bool
+		layer string
+	}{{insecure.NoLandlock, "Landlock"}, {insecure.NoSeccomp, "seccomp"}, {insecure.NoCgroups, "cgroups (no memory, pids or CPU limits)"}} {
+		if w.on {
+			fmt.Fprintf(stderr, "airlock: WARNING: running without %s, as asked (--insecure-*)\n", w.layer)
+		}
+	}
+	spec, err := sandbox.Spec(p, sandbox.Opts{Insecure: insecure, CgroupParent: f.cgroupParent})
+	if err != nil {
+		return fail(exitSetup, "%v", err)
+	}
+	tty := !f.noTTY && term.IsTerminal(int(os.Stdin.Fd()))
+	env, err := sandbox.Env(p, f.env, tty, os.LookupEnv)
+	if err != nil {
+		return fail(exitSetup, "%v", err)
+	}
+
+	// Signals that would kill airlock are forwarded to the command instead,
+	// from the moment the sandbox exists; until then they abort the setup.
+	sigc := make(chan os.Signal, 8)
+	signal.Notify(sigc, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH)
+	defer signal.Stop(sigc)
+
+	ctx := context.Background()
+	rt := &native.Runtime{}
+	t0 := time.Now()
+	sb, err := rt.Create(ctx, spec)
+	if err != nil {
+		return fail(exitSetup, "cannot create sandbox: %v", err)
+	}
+	created := time.Since(t0)
+	defer sb.Destroy(ctx)
+	if f.verbose {
+		report(stderr, sb.Info(), insecure, created)
+	}
+
+	req := &runtime.ExecRequest{Argv: argv, Env: env, Dir: "/workspace", TTY: tty}
+	var copies sync.WaitGroup
+	var closeAfterStart []*os.File
+	if tty {
+		if ws, err := unix.IoctlGetWinsize(int(os.Stdin.Fd()), unix.TIOCGWINSZ); err == nil {
+			req.Rows, req.Cols = ws.Row, ws.Col
+		}
+	} else {
+		// Hand plain files and pipes to the command as they are; put a pipe
+		// in front of any terminal so the sandbox never holds ours.
+		streams := []struct {
+			f   *os.File
+			in  bool
+			dst **os.File
+		}{{os.Stdin, true, &req.Stdin}, {os.Stdout, false, &req.Stdout}, {os.Stderr, false, &req.Stderr}}
+		for _, s := range streams {
+			if !term.IsTerminal(int(s.f.Fd())) {
+				*s.dst = s.f
+				continue
+			}
+			r, w, err := os.Pipe()
+			if err != nil {
+				return fail(exitSetup, "pipe: %v", err)
+			}
+			if s.in {
+				*s.dst = r
+				closeAfterStart = append(closeAfterStart, r)
+				go func(src *os.File) { io.Copy(w, src); w.Close() }(s.f)
+			} else {
+				*s.dst = w
+				closeAfterStart = append(closeAfterStart, w)
+				copies.Add(1)
+				go func(dst *os.File) { defer copies.Done(); io.Copy(dst, r); r.Close() }(s.f)
+			}
+		}
+	}
+	proc, err := sb.Exec(ctx, req)
+	for _, c := range closeAfterStart {
+		c.Close()
+	}
+	if err != nil {
+		code := exitNotExec
+		if strings.Contains(err.Error(), "not found") || errors.Is(err, os.ErrNotExist) {
+			code = exitNotFound
+		}
+		return fail(code, "%v", err)
+	}
+	if f.verbose {
+		fmt.Fprintf(stderr, "airlock: command started %.2fms after the sandbox\n", float64(time.Since(t0)-created)/1e6)
+	}
+
+	var restore func()
+	if tty {
+		pty := proc.PTY()
+		if state, err := term.MakeRaw(int(os.Stdin.Fd())); err == nil {
+			restore = func() { term.Restore(int(os.Stdin.Fd()), state) }
+			defer restore()
+		}
+		go io.Copy(pty, os.Stdin)
+		copies.Add(1)
+		go func() { defer copies.Done(); io.Copy(os.Stdout, pty) }()
+	}
+
+	var timeout <-chan time.Time
+	if spec.Limits.Timeout > 0 {
+		timer := time.NewTimer(spec.Limits.Timeout)
+		defer timer.Stop()
+		timeout = timer.C
+	}
+	waitc := make(chan runtime.ExitStatus, 1)
+	go func() {
+		st, err := proc.Wait(ctx)
+		if err != nil {
+			st = runtime.ExitStatus{Signal: int(unix.SIGKILL)}
+		}
+		waitc <- st
+	}()
+	for {
+		select {
+		case st := <-waitc:
+			sb.Destroy(ctx)
+			waitCopies(&copies)
+			return exitCode(st)
+		case <-timeout:
+			sb.Kill()
+			sb.Destroy(ctx)
+			waitCopies(&copies)
+			if restore != nil {
+				restore()
+			}
+			return fail(exitTimeout, "timeout: the sandbox was killed after %s", spec.Limits.Timeout)
+		case sig := <-sigc:
+			if sig == unix.SIGWINCH {
+				if tty {
+					if ws, err := unix.IoctlGetWinsize(int(os.Stdin.Fd()), unix.TIOCGWINSZ); err == nil {
+						unix.IoctlSetWinsize(int(proc.PTY().Fd()), unix.TIOCSWINSZ, ws)
+					}
+				}
+				continue
+			}
+			proc.Signal(sig)
+		}
+	}
+}
+
+// waitCopies waits, briefly, for the output of the command to drain.
+func waitCopies(wg *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+	}
+}
+
+func exitCode(st runtime.ExitStatus) error {
+	if code := st.ShellCode(); code != 0 {
+		return exitError{code}
+	}
+	return nil
+}
+
+func report(w io.Writer, info runtime.Info, insecure runtime.Insecure, created time.Duration) {
+	mode := "root"
+	if info.Rootless {
+		mode = "rootless"
+	}
+	fmt.Fprintf(w, "airlock: sandbox %s (runtime %s, %s, root inside = host uid %d)\n", info.ID, info.Runtime, mode, info.HostUID)
+	ll := fmt.Sprintf("Landlock ABI %d", info.LandlockABI)
+	if insecure.NoLandlock {
+		ll = "Landlock OFF"
+	}
+	sc := "seccomp on"
+	if insecure.NoSeccomp {
+		sc = "seccomp OFF"
+	}
+	cg := "cgroups " + strings.Join(info.CgroupPaths, ",")
+	if insecure.NoCgroups {
+		cg = "cgroups OFF"
+	}
+	fmt.Fprintf(w, "airlock: layers: namespaces user,mnt,pid,net,ipc,uts,cgroup; %s; %s; %s; capabilities dropped\n", ll, sc, cg)
+	names := make([]string, 0, len(info.Steps))
+	for k := range info.Steps {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, k := range names {
+		parts = append(parts, fmt.Sprintf("%s=%.2fms", k, float64(info.Steps[k])/1e6))
+	}
+	fmt.Fprintf(w, "airlock: created in %.2fms: %s\n", float64(created)/1e6, strings.Join(parts, " "))
+}
+
+var _ = syscall.SIGKILL

@@ -1,0 +1,175 @@
+package agent
+
+import (
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Server is the agent's side of the control channel. It runs as PID 1 of the
+// sandbox after the runtime's init has applied every isolation layer.
+type Server struct {
+	conn *Conn
+
+	mu    sync.Mutex
+	procs map[int]uint64 // pid -> request id
+	pids  map[uint64]int // request id -> pid
+	sendM sync.Mutex
+}
+
+// NewServer returns a server on conn.
+func NewServer(conn *Conn) *Server {
+	return &Server{conn: conn, procs: map[int]uint64{}, pids: map[uint64]int{}}
+}
+
+// Serve handles requests until the supervisor closes the channel, then kills
+// every process of the sandbox and returns. As PID 1 it also reaps every
+// orphan that the kernel reparents to it.
+func (s *Server) Serve() error {
+	sigc := make(chan os.Signal, 16)
+	signal.Notify(sigc, unix.SIGCHLD)
+	// PID 1 gets no default signal handlers; ignore the terminal ones so that
+	// `kill -TERM 1` from inside cannot tear the agent down by accident.
+	signal.Ignore(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGPIPE)
+	go func() {
+		for range sigc {
+			s.reap()
+		}
+	}()
+	for {
+		m, files, err := s.conn.Recv()
+		if err != nil {
+			// Supervisor gone: end the sandbox. Killing every process in
+			// the PID namespace is what exiting PID 1 does anyway; do it
+			// explicitly so nothing outlives the channel.
+			unix.Kill(-1, unix.SIGKILL)
+			return err
+		}
+		switch m.Type {
+		case TypeExec:
+			s.exec(m.Exec, files)
+		case TypeSignal:
+			closeAll(files)
+			s.signal(m.Signal)
+		default:
+			closeAll(files)
+			s.send(&Message{Type: TypeError, Error: &Error{Message: "unknown request " + m.Type}})
+		}
+	}
+}
+
+func (s *Server) send(m *Message, fds ...int) {
+	s.sendM.Lock()
+	defer s.sendM.Unlock()
+	s.conn.Send(m, fds...)
+}
+
+func (s *Server) fail(id uint64, msg string) {
+	s.send(&Message{Type: TypeError, Error: &Error{ID: id, Message: msg}})
+}
+
+func (s *Server) exec(req *ExecRequest, files []*os.File) {
+	defer closeAll(files)
+	if req == nil || len(req.Argv) == 0 {
+		s.fail(0, "exec: empty argv")
+		return
+	}
+	path, err := lookPath(req.Argv[0], req.Env)
+	if err != nil {
+		s.fail(req.ID, err.Error())
+		return
+	}
+	attr := &syscall.ProcAttr{Dir: req.Dir, Env: req.Env, Sys: &syscall.SysProcAttr{Setsid: true}}
+	var master *os.File
+	if req.TTY {
+		m, slave, err := openPTY(req.Rows, req.Cols)
+		if err != nil {
+			s.fail(req.ID, "pty: "+err.Error())
+			return
+		}
+		defer slave.Close()
+		master = m
+		defer master.Close()
+		fd := slave.Fd()
+		attr.Files = []uintptr{fd, fd, fd}
+		attr.Sys.Setctty = true
+		attr.Sys.Ctty = 0
+	} else {
+		if len(files) != 3 {
+			s.fail(req.ID, "exec: want 3 stdio descriptors")
+			return
+		}
+		attr.Files = []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()}
+	}
+	// Start under the lock so the reaper cannot collect the child before it
+	// is registered.
+	s.mu.Lock()
+	pid, err := syscall.ForkExec(path, req.Argv, attr)
+	if err == nil {
+		s.procs[pid] = req.ID
+		s.pids[req.ID] = pid
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.fail(req.ID, "exec "+req.Argv[0]+": "+err.Error())
+		return
+	}
+	started := &Message{Type: TypeStarted, Started: &Started{ID: req.ID, Pid: pid}}
+	if master != nil {
+		s.send(started, int(master.Fd()))
+	} else {
+		s.send(started)
+	}
+	// A child may have exited before it was registered; collect it now.
+	s.reap()
+}
+
+func (s *Server) signal(req *Signal) {
+	if req == nil {
+		return
+	}
+	s.mu.Lock()
+	pid, ok := s.pids[req.ID]
+	s.mu.Unlock()
+	if !ok {
+		s.fail(req.ID, "signal: no such process")
+		return
+	}
+	// Deliver to the process group the process leads (it called setsid),
+	// like a terminal does, falling back to the process itself.
+	if err := unix.Kill(-pid, unix.Signal(req.Signal)); err != nil {
+		unix.Kill(pid, unix.Signal(req.Signal))
+	}
+}
+
+func (s *Server) reap() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		id, ok := s.procs[pid]
+		if !ok {
+			continue // an orphan reparented to PID 1
+		}
+		delete(s.procs, pid)
+		delete(s.pids, id)
+		ex := &Exit{ID: id}
+		switch {
+		case ws.Exited():
+			ex.Code = ws.ExitStatus()
+		case ws.Signaled():
+			ex.Signal = int(ws.Signal())
+		}
+		go s.send(&Message{Type: TypeExit, Exit: ex})
+	}
+}

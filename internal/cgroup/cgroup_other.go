@@ -1,0 +1,33 @@
+//go:build !linux
+
+package cgroup
+
+import (
+	"context"
+	"errors"
+)
+
+var errNotSupported = errors.New("cgroups: not supported on this OS")
+
+// Cgroup is the cgroup of one sandbox (Linux only).
+type Cgroup struct{}
+
+// Detect reports that cgroups are not supported.
+func Detect() Info { return Info{Reason: errNotSupported.Error()} }
+
+// New fails: cgroups are Linux only.
+func New(parent, name string, l Limits) (*Cgroup, error) { return nil, errNotSupported }
+
+// Sweep fails: cgroups are Linux only.
+func Sweep(parent string) (int, error) { return 0, errNotSupported }
+
+func (c *Cgroup) Version() Version                  { return 0 }
+func (c *Cgroup) Add(pid int) error                 { return errNotSupported }
+func (c *Cgroup) FD() (int, bool)                   { return -1, false }
+func (c *Cgroup) Procs() ([]int, error)             { return nil, errNotSupported }
+func (c *Cgroup) Kill() error                       { return errNotSupported }
+func (c *Cgroup) Destroy(ctx context.Context) error { return nil }
+func (c *Cgroup) OOMKilled() bool                   { return false }
+func (c *Cgroup) Freeze() error                     { return errNotSupported }
+func (c *Cgroup) Thaw() error                       { return errNotSupported }
+func (c *Cgroup) Paths() []string                   { return nil }

@@ -1,0 +1,219 @@
+// Package policy owns airlock's sandbox policy: the Policy type, the YAML
+// policy file format, its parsing, and its validation.
+//
+// The package has no side effects. It never touches the filesystem, the
+// environment or the network, with one exception: Load reads the policy
+// file it is given. Turning a Policy into mounts, cgroup limits, seccomp
+// filters and so on is the job of other packages.
+//
+// What it must never do is silently ignore something: every key in a policy
+// file is either understood or rejected, and every error names the file, the
+// line and the key it is about, on one line, for example
+//
+//	agent.yaml:7: resources.memroy: unknown key (known: memory, swap, ...)
+//
+// Zero values mean "use the default" throughout; see the Default* constants.
+package policy
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Policy is a parsed sandbox policy. The zero value is the default policy.
+type Policy struct {
+	// Image is a host directory used as the sandbox's root filesystem.
+	// "" means the host's system directories, read-only.
+	Image string
+	// Workspace is the host directory mounted read-write at /workspace.
+	// "" means the CLI decides (normally --workspace or the current directory).
+	Workspace string
+
+	Filesystem  Filesystem
+	Resources   Resources
+	Environment Environment
+	Seccomp     Seccomp
+	Network     Network
+
+	// Source is the file name the policy was loaded from, as given to Load
+	// or Parse; "" for policies built from flags and defaults. Errors from
+	// Validate are prefixed with it.
+	Source string
+
+	// pos maps key paths ("resources.memory", "filesystem.binds[0].target",
+	// "environment.set.FOO") to the line they were defined on, so that
+	// Validate can point at the offending line. Nil for policies not parsed
+	// from a file.
+	pos map[string]int
+}
+
+// Filesystem describes what the sandbox sees besides the root and the workspace.
+type Filesystem struct {
+	ReadOnly []string // host paths visible read-only at the same path inside
+	Writable []string // host paths visible read-write at the same path inside
+	Deny     []string // paths inside the sandbox that are masked
+	Binds    []Bind
+	Protect  Protect
+}
+
+// Bind makes the host path Source visible at Target inside the sandbox.
+type Bind struct {
+	Source, Target string
+	Writable       bool
+}
+
+// Protect adjusts the list of workspace paths that stay read-only
+// (see DefaultProtected and ProtectedPaths).
+type Protect struct {
+	Add, Remove []string
+}
+
+// Resources are the sandbox's limits. Zero means "the default" (see the
+// Default* constants); the Effective method fills them in.
+type Resources struct {
+	Memory   int64 // bytes, cgroup memory.max
+	Swap     int64 // bytes of swap on top of Memory, cgroup memory.swap.max
+	Disk     int64 // bytes, cap on the writable copy-on-write layer
+	Tmp      int64 // bytes, size of /tmp
+	Shm      int64 // bytes, size of /dev/shm
+	FileSize int64 // bytes, RLIMIT_FSIZE
+
+	Pids    int64         // cgroup pids.max
+	CPU     float64       // cores, cgroup cpu.max
+	Timeout time.Duration // wall-clock limit for the command
+	NoFile  uint64        // RLIMIT_NOFILE
+}
+
+// Environment describes the sandboxed command's environment.
+type Environment struct {
+	Set  map[string]string // variables set to fixed values
+	Pass []string          // variables copied from the caller's environment when present
+}
+
+// Seccomp adjusts the seccomp profile.
+type Seccomp struct {
+	Deny []string // syscall names denied in addition to the default profile
+}
+
+// Network describes the sandbox's network access.
+type Network struct {
+	// Mode is NetworkNone or "" (which means NetworkNone). Other modes are
+	// rejected by Validate until the egress gateway exists.
+	Mode string
+}
+
+// Network modes.
+const (
+	NetworkNone      = "none"      // no network at all (loopback only)
+	NetworkAllowlist = "allowlist" // not available yet
+	NetworkOpen      = "open"      // not available yet
+)
+
+// Defaults used when a Resources field is 0.
+const (
+	DefaultMemory   int64         = 2 << 30   // 2GiB
+	DefaultSwap     int64         = 0         // no swap
+	DefaultPids     int64         = 1024      //
+	DefaultCPU      float64       = 0         // no CPU cap
+	DefaultTimeout  time.Duration = 0         // no timeout
+	DefaultDisk     int64         = 1 << 30   // 1GiB
+	DefaultTmp      int64         = 512 << 20 // 512MiB
+	DefaultShm      int64         = 64 << 20  // 64MiB
+	DefaultNoFile   uint64        = 1024      //
+	DefaultFileSize int64         = 0         // no RLIMIT_FSIZE is set
+)
+
+// Limits enforced by ParseSize and Validate.
+const (
+	MaxSize   int64   = 1 << 50 // 1PiB; anything larger is a mistake
+	MinSize   int64   = 1 << 20 // smallest memory, disk, tmp and shm accepted
+	MaxPids   int64   = 1 << 22 // PID_MAX_LIMIT
+	MinCPU    float64 = 0.01    // smallest cpu.max quota the kernel accepts
+	MaxCPU    float64 = 65536
+	MaxNoFile uint64  = 1 << 30
+)
+
+// Effective returns r with every zero field replaced by its default.
+// Fields whose default is 0 (Swap, CPU, Timeout, FileSize) stay 0, meaning
+// "none" or "no limit".
+func (r Resources) Effective() Resources {
+	if r.Memory == 0 {
+		r.Memory = DefaultMemory
+	}
+	if r.Pids == 0 {
+		r.Pids = DefaultPids
+	}
+	if r.Disk == 0 {
+		r.Disk = DefaultDisk
+	}
+	if r.Tmp == 0 {
+		r.Tmp = DefaultTmp
+	}
+	if r.Shm == 0 {
+		r.Shm = DefaultShm
+	}
+	if r.NoFile == 0 {
+		r.NoFile = DefaultNoFile
+	}
+	return r
+}
+
+// Error is the error type returned by Parse, Load and Validate. Its message
+// is one line: "file:line: key: message", leaving out the parts that are
+// unknown.
+type Error struct {
+	File string // policy file name; "" if the policy did not come from a file
+	Line int    // 1-based line; 0 if unknown
+	Key  string // dotted key path, e.g. "resources.memory" or "filesystem.binds[0].target"
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	s := ""
+	switch {
+	case e.File != "" && e.Line > 0:
+		s = e.File + ":" + strconv.Itoa(e.Line) + ": "
+	case e.File != "":
+		s = e.File + ": "
+	case e.Line > 0:
+		s = "line " + strconv.Itoa(e.Line) + ": "
+	}
+	if e.Key != "" {
+		s += e.Key + ": "
+	}
+	// Keep the promise of one line even if a message quotes raw input.
+	return oneLine.Replace(s + e.Msg)
+}
+
+var oneLine = strings.NewReplacer("\n", `\n`, "\r", `\r`)
+
+// errAt builds an Error about key, using the line recorded for key (or for
+// the closest enclosing key that has one).
+func (p *Policy) errAt(key, format string, args ...any) *Error {
+	return &Error{File: p.Source, Line: p.lineOf(key), Key: key, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (p *Policy) lineOf(key string) int {
+	for k := key; k != ""; k = parentKey(k) {
+		if l, ok := p.pos[k]; ok {
+			return l
+		}
+	}
+	return 0
+}
+
+// parentKey strips the last component of a key path:
+// "a.b[2]" -> "a.b", "a.b" -> "a", "a" -> "".
+func parentKey(k string) string {
+	for i := len(k) - 1; i >= 0; i-- {
+		switch k[i] {
+		case '.':
+			return k[:i]
+		case '[':
+			return k[:i]
+		}
+	}
+	return ""
+}

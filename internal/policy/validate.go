@@ -1,0 +1,302 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/airlock-dev/airlock/internal/seccomp"
+)
+
+// Validate checks p and returns the first problem found as an *Error
+// naming p.Source, the line (for parsed policies) and the key. Parse and
+// Load call it; the CLI must call it again after overriding fields from
+// flags.
+//
+// It checks that host paths (image, workspace, read_only, writable, bind
+// sources) are absolute; that paths inside the sandbox (read_only,
+// writable, deny, bind targets) are absolute, and that mount targets are
+// not "/", /workspace, or in /proc, /sys or /dev, and are not mounted twice;
+// that sizes are within [0, 1PiB] and memory, disk, tmp and shm are not
+// absurdly small; that pids, cpu and nofile are in range; that the network
+// mode is available; that environment variable names and values are
+// usable; that protected paths stay inside the workspace; and that seccomp
+// syscall names exist (seccomp.Lookup).
+func (p *Policy) Validate() error {
+	for _, check := range []func() error{p.validatePaths, p.validateProtect, p.validateResources, p.validateEnvironment, p.validateSeccomp, p.validateNetwork} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Policy) validatePaths() error {
+	if p.Image != "" {
+		if err := p.checkHostPath("image", p.Image); err != nil {
+			return err
+		}
+	}
+	if p.Workspace != "" {
+		if err := p.checkHostPath("workspace", p.Workspace); err != nil {
+			return err
+		}
+		if filepath.Clean(p.Workspace) == "/" {
+			return p.errAt("workspace", "refusing to use / as the workspace: it would make the whole host writable")
+		}
+	}
+	fs := &p.Filesystem
+	mounted := map[string]string{} // target -> key that mounts it
+	mount := func(key, target string) error {
+		if err := p.checkTarget(key, target); err != nil {
+			return err
+		}
+		t := filepath.Clean(target)
+		if other, dup := mounted[t]; dup {
+			return p.errAt(key, "%q is already mounted by %s", t, other)
+		}
+		mounted[t] = key
+		return nil
+	}
+	for i, s := range fs.ReadOnly {
+		key := fmt.Sprintf("filesystem.read_only[%d]", i)
+		if err := p.checkHostPath(key, s); err != nil {
+			return err
+		}
+		if err := mount(key, s); err != nil {
+			return err
+		}
+	}
+	for i, s := range fs.Writable {
+		key := fmt.Sprintf("filesystem.writable[%d]", i)
+		if err := p.checkHostPath(key, s); err != nil {
+			return err
+		}
+		if err := mount(key, s); err != nil {
+			return err
+		}
+	}
+	for i, b := range fs.Binds {
+		key := fmt.Sprintf("filesystem.binds[%d]", i)
+		if err := p.checkHostPath(key+".source", b.Source); err != nil {
+			return err
+		}
+		if err := mount(key+".target", b.Target); err != nil {
+			return err
+		}
+	}
+	for i, s := range fs.Deny {
+		key := fmt.Sprintf("filesystem.deny[%d]", i)
+		if err := p.checkSandboxPath(key, s); err != nil {
+			return err
+		}
+		if filepath.Clean(s) == "/" {
+			return p.errAt(key, "cannot deny /")
+		}
+	}
+	return nil
+}
+
+func (p *Policy) checkHostPath(key, s string) error {
+	switch {
+	case s == "":
+		return p.errAt(key, "empty path")
+	case strings.ContainsRune(s, 0):
+		return p.errAt(key, "path %q contains a NUL byte", s)
+	case !filepath.IsAbs(s):
+		if p.Source != "" {
+			return p.errAt(key, "relative path %q: relative paths need the policy file's location (use policy.Load, or an absolute path)", s)
+		}
+		return p.errAt(key, "relative path %q: must be absolute", s)
+	}
+	return nil
+}
+
+func (p *Policy) checkSandboxPath(key, s string) error {
+	switch {
+	case s == "":
+		return p.errAt(key, "empty path")
+	case strings.ContainsRune(s, 0):
+		return p.errAt(key, "path %q contains a NUL byte", s)
+	case !filepath.IsAbs(s):
+		return p.errAt(key, "relative path %q: paths inside the sandbox must be absolute", s)
+	}
+	return nil
+}
+
+// reservedTargets are mount points owned by the runtime.
+var reservedTargets = []string{"/proc", "/sys", "/dev"}
+
+func (p *Policy) checkTarget(key, s string) error {
+	if err := p.checkSandboxPath(key, s); err != nil {
+		return err
+	}
+	t := filepath.Clean(s)
+	switch t {
+	case "/":
+		return p.errAt(key, "cannot mount over /")
+	case "/workspace":
+		return p.errAt(key, "cannot mount over /workspace (set workspace instead)")
+	}
+	for _, r := range reservedTargets {
+		if t == r || strings.HasPrefix(t, r+"/") {
+			return p.errAt(key, "cannot mount %q: %s is managed by the sandbox", t, r)
+		}
+	}
+	return nil
+}
+
+func (p *Policy) validateProtect() error {
+	pr := &p.Filesystem.Protect
+	added := map[string]string{}
+	for i, s := range pr.Add {
+		key := fmt.Sprintf("filesystem.protect.add[%d]", i)
+		rel, err := p.checkRel(key, s)
+		if err != nil {
+			return err
+		}
+		added[rel] = key
+	}
+	for i, s := range pr.Remove {
+		key := fmt.Sprintf("filesystem.protect.remove[%d]", i)
+		rel, err := p.checkRel(key, s)
+		if err != nil {
+			return err
+		}
+		if !isDefaultProtected(rel) {
+			return p.errAt(key, "%q is not a default protected path (defaults: %s)", s, strings.Join(DefaultProtected(), ", "))
+		}
+		if other, ok := added[rel]; ok {
+			return p.errAt(key, "%q is also added by %s", s, other)
+		}
+	}
+	return nil
+}
+
+func (p *Policy) checkRel(key, s string) (string, error) {
+	switch {
+	case s == "":
+		return "", p.errAt(key, "empty path")
+	case strings.ContainsRune(s, 0):
+		return "", p.errAt(key, "path %q contains a NUL byte", s)
+	case filepath.IsAbs(s):
+		return "", p.errAt(key, "%q: protected paths are relative to the workspace, not absolute", s)
+	}
+	rel, ok := cleanRel(s)
+	if !ok {
+		if filepath.Clean(s) == "." {
+			return "", p.errAt(key, "%q names the whole workspace; name a path inside it", s)
+		}
+		return "", p.errAt(key, "%q: \"..\" is not allowed in protected paths", s)
+	}
+	return rel, nil
+}
+
+func (p *Policy) validateResources() error {
+	r := &p.Resources
+	sizes := []struct {
+		key string
+		v   int64
+		min bool // reject nonzero values below MinSize
+	}{
+		{"resources.memory", r.Memory, true},
+		{"resources.swap", r.Swap, false},
+		{"resources.disk", r.Disk, true},
+		{"resources.tmp", r.Tmp, true},
+		{"resources.shm", r.Shm, true},
+		{"resources.fsize", r.FileSize, false},
+	}
+	for _, s := range sizes {
+		switch {
+		case s.v < 0:
+			return p.errAt(s.key, "size %d must not be negative", s.v)
+		case s.v > MaxSize:
+			return p.errAt(s.key, "size %d is larger than the 1PiB limit", s.v)
+		case s.min && s.v > 0 && s.v < MinSize:
+			return p.errAt(s.key, "%d bytes is below the minimum of 1MiB (sizes without a unit are bytes: did you mean %dMiB?)", s.v, s.v)
+		}
+	}
+	switch {
+	case r.Pids < 0:
+		return p.errAt("resources.pids", "%d must not be negative", r.Pids)
+	case r.Pids > MaxPids:
+		return p.errAt("resources.pids", "%d is larger than the kernel's limit of %d", r.Pids, MaxPids)
+	}
+	switch {
+	case math.IsNaN(r.CPU) || math.IsInf(r.CPU, 0) || r.CPU < 0:
+		return p.errAt("resources.cpu", "invalid number of cores %v", r.CPU)
+	case r.CPU > 0 && r.CPU < MinCPU:
+		return p.errAt("resources.cpu", "%v cores is below the minimum of %v", r.CPU, MinCPU)
+	case r.CPU > MaxCPU:
+		return p.errAt("resources.cpu", "%v cores is more than %v", r.CPU, MaxCPU)
+	}
+	if r.Timeout < 0 {
+		return p.errAt("resources.timeout", "%v must not be negative", r.Timeout)
+	}
+	if r.NoFile > MaxNoFile {
+		return p.errAt("resources.nofile", "%d is larger than %d", r.NoFile, MaxNoFile)
+	}
+	return nil
+}
+
+func (p *Policy) validateEnvironment() error {
+	env := &p.Environment
+	names := make([]string, 0, len(env.Set))
+	for name := range env.Set {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		v := env.Set[name]
+		key := keyPath("environment.set", name)
+		if err := validEnvName(name); err != "" {
+			return p.errAt(key, "invalid variable name %q: %s", name, err)
+		}
+		if strings.ContainsRune(v, 0) {
+			return p.errAt(key, "value contains a NUL byte")
+		}
+	}
+	for i, name := range env.Pass {
+		key := fmt.Sprintf("environment.pass[%d]", i)
+		if err := validEnvName(name); err != "" {
+			return p.errAt(key, "invalid variable name %q: %s", name, err)
+		}
+		if _, ok := env.Set[name]; ok {
+			return p.errAt(key, "%q is also in environment.set; keep only one", name)
+		}
+	}
+	return nil
+}
+
+func validEnvName(name string) string {
+	switch {
+	case name == "":
+		return "empty"
+	case strings.ContainsRune(name, '='):
+		return "contains '='"
+	case strings.ContainsRune(name, 0):
+		return "contains a NUL byte"
+	}
+	return ""
+}
+
+func (p *Policy) validateSeccomp() error {
+	for i, name := range p.Seccomp.Deny {
+		if _, ok := seccomp.Lookup(name); !ok {
+			return p.errAt(fmt.Sprintf("seccomp.deny[%d]", i), "unknown syscall %q", name)
+		}
+	}
+	return nil
+}
+
+func (p *Policy) validateNetwork() error {
+	switch p.Network.Mode {
+	case "", NetworkNone:
+		return nil
+	case NetworkAllowlist, NetworkOpen:
+		return p.errAt("network.mode", "%q is not available yet: the egress gateway is not implemented in this version (only \"none\" is accepted)", p.Network.Mode)
+	}
+	return p.errAt("network.mode", "unknown mode %q (known: none, allowlist, open)", p.Network.Mode)
+}

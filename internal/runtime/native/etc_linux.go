@@ -1,0 +1,91 @@
+package native
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// etcCopied are the host /etc entries a sandbox gets copies of: what the
+// dynamic loader, name service switch, TLS clients, Python and shells need.
+// Never shadow, gshadow, sudoers, ssh, host users' files or credentials.
+var etcCopied = []string{
+	"alternatives", "bash.bashrc", "ca-certificates", "ca-certificates.conf",
+	"debian_version", "environment", "gai.conf", "host.conf", "inputrc",
+	"issue", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "locale.alias",
+	"localtime", "lsb-release", "magic", "mime.types", "nsswitch.conf",
+	"os-release", "profile", "protocols", "python3", "python3.11", "python3.12",
+	"python3.13", "rpc", "services", "ssl", "terminfo", "timezone", "vim",
+}
+
+// etcGenerated are written fresh for every sandbox.
+var etcGenerated = map[string]string{
+	"passwd":      "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+	"group":       "root:x:0:\nnogroup:x:65534:\n",
+	"hostname":    "sandbox\n",
+	"hosts":       "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+	"resolv.conf": "# airlock: no DNS resolver is reachable from this sandbox\n",
+}
+
+// makeEtc builds the sandbox's minimal /etc at dst from copies of selected
+// host entries and generated files.
+func makeEtc(dst string) error {
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		return err
+	}
+	for _, name := range etcCopied {
+		if err := copyTree(filepath.Join("/etc", name), filepath.Join(dst, name)); err != nil {
+			return err
+		}
+	}
+	for name, content := range etcGenerated {
+		if err := os.WriteFile(filepath.Join(dst, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyTree copies files, directories and symlinks; entries it cannot read
+// (not world-readable on the host) are skipped, missing sources are ignored.
+func copyTree(src, dst string) error {
+	fi, err := os.Lstat(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(target, dst)
+	case fi.IsDir():
+		if err := os.Mkdir(dst, fi.Mode().Perm()|0o700); err != nil {
+			return err
+		}
+		entries, err := os.ReadDir(src)
+		if err != nil {
+			if errors.Is(err, fs.ErrPermission) {
+				return nil
+			}
+			return err
+		}
+		for _, e := range entries {
+			if err := copyTree(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
+				return err
+			}
+		}
+		return nil
+	case fi.Mode().IsRegular():
+		if fi.Mode().Perm()&0o004 == 0 {
+			return nil // not world-readable on the host: not for the sandbox
+		}
+		return copyFile(src, dst, fi.Mode().Perm())
+	}
+	return nil
+}

@@ -1,0 +1,139 @@
+package native
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	goruntime "runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/agent"
+)
+
+// controlFD is where the sandbox's init finds its end of the control channel.
+const controlFD = 3
+
+// layerError ties an error to the isolation layer that could not be applied.
+type layerError struct {
+	layer string
+	err   error
+}
+
+func (e *layerError) Error() string { return e.err.Error() }
+
+func inLayer(layer string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var le *layerError
+	if errors.As(err, &le) {
+		return err
+	}
+	return &layerError{layer: layer, err: err}
+}
+
+// InitMain is the entry point of a sandbox's init (PID 1 of its PID
+// namespace). It receives the setup from the supervisor, builds the root
+// filesystem, applies every isolation layer to itself (all threads), and then
+// serves the control channel as the sandbox's agent. It never returns.
+func InitMain() {
+	// The cgroup namespace is unshared on this thread, and every process
+	// the agent starts is forked from it (the agent's request loop runs on
+	// the main goroutine, which stays locked here).
+	goruntime.LockOSThread()
+	if err := unix.SetNonblock(controlFD, true); err != nil {
+		os.Exit(121)
+	}
+	conn := agent.NewConn(os.NewFile(controlFD, "control"))
+	ready, err := initSandbox(conn)
+	if err != nil {
+		layer := layerNamespaces
+		var le *layerError
+		if errors.As(err, &le) {
+			layer = le.layer
+		}
+		conn.Send(&agent.Message{Type: agent.TypeError, Error: &agent.Error{Layer: layer, Message: err.Error()}})
+		os.Exit(1)
+	}
+	if err := conn.Send(&agent.Message{Type: agent.TypeReady, Ready: ready}); err != nil {
+		os.Exit(1)
+	}
+	agent.NewServer(conn).Serve()
+	os.Exit(0)
+}
+
+func initSandbox(conn *agent.Conn) (*agent.Ready, error) {
+	m, files, err := conn.Recv()
+	if err != nil {
+		return nil, fmt.Errorf("read setup: %w", err)
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	if m.Type != agent.TypeSetup {
+		return nil, fmt.Errorf("first message is %q, want setup", m.Type)
+	}
+	var s setup
+	if err := json.Unmarshal(m.Setup, &s); err != nil {
+		return nil, fmt.Errorf("decode setup: %w", err)
+	}
+	if len(files) != len(s.IDMapped) {
+		return nil, fmt.Errorf("setup names %d idmapped mounts but carried %d descriptors", len(s.IDMapped), len(files))
+	}
+	idmapped := map[string]*os.File{}
+	for i, name := range s.IDMapped {
+		idmapped[name] = files[i]
+	}
+
+	ready := &agent.Ready{Steps: map[string]int64{}}
+	step := func(name string, t0 time.Time) { ready.Steps[name] = int64(time.Since(t0)) }
+
+	t0 := time.Now()
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return nil, inLayer(layerNamespaces, fmt.Errorf("unshare cgroup namespace: %w", err))
+	}
+	if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
+		return nil, inLayer(layerNamespaces, fmt.Errorf("sethostname: %w", err))
+	}
+	step("namespaces", t0)
+
+	t0 = time.Now()
+	placeholders, err := buildRoot(&s, idmapped)
+	if err != nil {
+		return nil, inLayer(layerFilesystem, err)
+	}
+	ready.Placeholders = placeholders
+	step("mounts", t0)
+
+	if err := setRlimits(&s); err != nil {
+		return nil, inLayer(layerRlimits, err)
+	}
+	t0 = time.Now()
+	if err := dropPrivileges(); err != nil {
+		return nil, inLayer(layerCaps, err)
+	}
+	step("capabilities", t0)
+
+	if !s.NoLandlock {
+		t0 = time.Now()
+		abi, err := applyLandlock()
+		if err != nil {
+			return nil, inLayer(layerLandlock, err)
+		}
+		ready.LandlockABI = abi
+		step("landlock", t0)
+	}
+	if !s.NoSeccomp {
+		t0 = time.Now()
+		if err := applySeccomp(s.Seccomp); err != nil {
+			return nil, inLayer(layerSeccomp, err)
+		}
+		step("seccomp", t0)
+	}
+	return ready, nil
+}

@@ -1,0 +1,445 @@
+// Package native is airlock's default runtime: a sandbox made of Linux
+// namespaces (user, mount, PID, network, IPC, UTS, cgroup), a private root
+// filesystem under pivot_root, dropped capabilities, Landlock, seccomp-BPF,
+// cgroups and rlimits.
+//
+// The supervisor side (this file) creates the sandbox by re-executing the
+// airlock binary as the sandbox's init (InitMain), places it in its cgroup,
+// sends it the setup over a socket pair that only the supervisor holds, and
+// then talks to the agent that the init becomes. It must never start a
+// sandbox with a layer missing that the Spec did not explicitly opt out of.
+package native
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/agent"
+	"github.com/airlock-dev/airlock/internal/cgroup"
+	"github.com/airlock-dev/airlock/internal/runtime"
+)
+
+// DefaultSandboxUID is the unprivileged host uid (and gid) that root inside
+// a sandbox maps to when airlock runs as root and the workspace is owned by
+// root. When the workspace belongs to another user, root inside maps to that
+// user; when airlock runs unprivileged, to the caller.
+const DefaultSandboxUID = 100000
+
+// Defaults for sizes the Spec leaves at zero.
+const (
+	defaultDisk = 1 << 30
+	defaultTmp  = 512 << 20
+	defaultShm  = 64 << 20
+)
+
+// setupTimeout bounds how long the init may take to build the sandbox.
+const setupTimeout = 30 * time.Second
+
+// Runtime is the native runtime.
+type Runtime struct {
+	// Exe is the airlock binary to re-execute as the sandbox's init.
+	// Empty: /proc/self/exe.
+	Exe string
+	// StateRoot holds one directory per sandbox. Empty: /run/airlock as
+	// root, else $XDG_RUNTIME_DIR/airlock or /tmp/airlock-<uid>.
+	StateRoot string
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return "native" }
+
+func (r *Runtime) stateRoot() string {
+	if r.StateRoot != "" {
+		return r.StateRoot
+	}
+	return DefaultStateRoot()
+}
+
+// DefaultStateRoot is where sandboxes keep their host-side state.
+func DefaultStateRoot() string {
+	if os.Geteuid() == 0 {
+		return "/run/airlock"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "airlock")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("airlock-%d", os.Geteuid()))
+}
+
+// Create implements runtime.Runtime.
+func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.Sandbox, retErr error) {
+	if !spec.Insecure.NoSeccomp && len(spec.Seccomp) == 0 {
+		return nil, &LayerError{Layer: layerSeccomp, Err: errors.New("no seccomp filter in the spec"), Fix: "compile the default profile, or pass --insecure-no-seccomp"}
+	}
+	steps := map[string]time.Duration{}
+	var cu cleanup
+	defer func() {
+		if retErr != nil {
+			cu.run()
+		}
+	}()
+
+	id := newID()
+	root := r.stateRoot()
+	sweep(root)
+	if err := os.MkdirAll(root, 0o711); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	stateDir := filepath.Join(root, id)
+	if err := os.Mkdir(stateDir, 0o711); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	cu.add(func() { os.RemoveAll(stateDir) })
+	if err := os.Mkdir(filepath.Join(stateDir, "root"), 0o755); err != nil {
+		return nil, err
+	}
+
+	sb := &sandbox{id: id, stateDir: stateDir, procs: map[uint64]*process{}, done: make(chan struct{})}
+	sb.info = runtime.Info{ID: id, Runtime: r.Name(), Rootless: os.Geteuid() != 0, Steps: steps}
+
+	ws := spec.Workspace
+	if ws == "" {
+		ws = filepath.Join(stateDir, "workspace")
+		if err := os.Mkdir(ws, 0o755); err != nil {
+			return nil, err
+		}
+		sb.tempWorkspace = true
+	} else {
+		abs, err := filepath.Abs(ws)
+		if err != nil {
+			return nil, err
+		}
+		ws = abs
+	}
+	var wst unix.Stat_t
+	if err := unix.Stat(ws, &wst); err != nil {
+		return nil, fmt.Errorf("workspace %s: %w", ws, err)
+	}
+	if wst.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, fmt.Errorf("workspace %s: not a directory", ws)
+	}
+	sb.workspace = ws
+	if err := writeState(stateDir, ws, nil); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+
+	uid, gid := os.Getuid(), os.Getgid()
+	idmapWorkspace := false
+	if !sb.info.Rootless {
+		if wst.Uid != 0 {
+			uid, gid = int(wst.Uid), int(wst.Gid)
+		} else {
+			uid, gid = DefaultSandboxUID, DefaultSandboxUID
+			idmapWorkspace = true
+		}
+	}
+	sb.info.HostUID = uid
+
+	t0 := time.Now()
+	if !spec.Insecure.NoCgroups {
+		cg, err := cgroup.New(spec.CgroupParent, "airlock/"+id, cgroup.Limits{
+			Memory: spec.Limits.Memory, Swap: spec.Limits.Swap, Pids: spec.Limits.Pids, CPU: spec.Limits.CPU,
+		})
+		if err != nil {
+			return nil, &LayerError{Layer: layerCgroups, Err: err, Fix: "run as root, delegate a cgroup to this user (--cgroup-parent), or pass --insecure-no-cgroups to run without resource limits"}
+		}
+		sb.cg = cg
+		sb.info.CgroupPaths = cg.Paths()
+		cu.add(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			cg.Destroy(ctx)
+		})
+	}
+	steps["cgroups"] = time.Since(t0)
+
+	parentEnd, childEnd, err := agent.SocketPair()
+	if err != nil {
+		return nil, err
+	}
+	cu.add(func() { parentEnd.Close() })
+	exe := r.Exe
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	cmd := &exec.Cmd{
+		Path:       exe,
+		Args:       []string{"airlock", InitArg},
+		Env:        []string{},
+		ExtraFiles: []*os.File{childEnd},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}},
+			GidMappingsEnableSetgroups: false,
+			// Become root of the new user namespace (the host uid above).
+			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
+			Setsid:                     true,
+			Pdeathsig:                  unix.SIGKILL,
+		},
+	}
+	if sb.cg != nil {
+		if fd, ok := sb.cg.FD(); ok {
+			cmd.SysProcAttr.UseCgroupFD = true
+			cmd.SysProcAttr.CgroupFD = fd
+		}
+	}
+	t0 = time.Now()
+	err = cmd.Start()
+	childEnd.Close()
+	if err != nil {
+		return nil, &LayerError{Layer: layerNamespaces, Err: fmt.Errorf("start sandbox init: %w", err),
+			Fix: "airlock needs user namespaces: check that /proc/sys/user/max_user_namespaces > 0 and, on Debian/Ubuntu, kernel.unprivileged_userns_clone=1 (or the AppArmor userns restriction) allows them, or run as root"}
+	}
+	steps["clone"] = time.Since(t0)
+	sb.cmd = cmd
+	sb.exited = make(chan struct{})
+	go func() { cmd.Wait(); close(sb.exited) }()
+	cu.add(func() { sb.killInit(); <-sb.exited })
+
+	if sb.cg != nil {
+		if _, ok := sb.cg.FD(); !ok {
+			t0 = time.Now()
+			if err := sb.cg.Add(cmd.Process.Pid); err != nil {
+				return nil, &LayerError{Layer: layerCgroups, Err: err, Fix: "check cgroup permissions, or pass --insecure-no-cgroups"}
+			}
+			steps["cgroups"] += time.Since(t0)
+		}
+	}
+
+	st := &setup{
+		StateDir: stateDir, Image: spec.Image, Workspace: ws, ReadOnly: spec.ReadOnly, Writable: spec.Writable,
+		Binds: spec.Binds, Deny: spec.Deny, Hostname: "sandbox",
+		Disk: orDefault(spec.Limits.Disk, defaultDisk), Tmp: orDefault(spec.Limits.Tmp, defaultTmp), Shm: orDefault(spec.Limits.Shm, defaultShm),
+		NoFile: spec.Limits.NoFile, FileSize: spec.Limits.FileSize,
+		Seccomp: spec.Seccomp, NoSeccomp: spec.Insecure.NoSeccomp, NoLandlock: spec.Insecure.NoLandlock,
+	}
+	if !sb.tempWorkspace {
+		st.Protected = spec.Protected
+	}
+	var fds []*os.File
+	defer func() {
+		for _, f := range fds {
+			f.Close()
+		}
+	}()
+	if !sb.info.Rootless {
+		t0 = time.Now()
+		fds, st.IDMapped, err = idmappedMounts(cmd.Process.Pid, spec.Image, ws, idmapWorkspace)
+		if err != nil {
+			return nil, &LayerError{Layer: layerFilesystem, Err: err, Fix: "idmapped mounts need Linux >= 5.19 and a filesystem that supports them"}
+		}
+		steps["idmap"] = time.Since(t0)
+	}
+
+	t0 = time.Now()
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	conn := agent.NewConn(parentEnd)
+	sb.conn = conn
+	intFDs := make([]int, len(fds))
+	for i, f := range fds {
+		intFDs[i] = int(f.Fd())
+	}
+	if err := conn.Send(&agent.Message{Type: agent.TypeSetup, Setup: raw}, intFDs...); err != nil {
+		return nil, fmt.Errorf("send setup to sandbox init: %w", err)
+	}
+	ready, err := sb.awaitReady(ctx)
+	if err != nil {
+		return nil, err
+	}
+	steps["setup"] = time.Since(t0)
+	for k, v := range ready.Steps {
+		steps["init."+k] = time.Duration(v)
+	}
+	sb.info.LandlockABI = ready.LandlockABI
+	sb.placeholders = ready.Placeholders
+	if len(sb.placeholders) > 0 {
+		if err := writeState(stateDir, ws, sb.placeholders); err != nil {
+			return nil, err
+		}
+	}
+	go sb.readLoop()
+	return sb, nil
+}
+
+func (sb *sandbox) awaitReady(ctx context.Context) (*agent.Ready, error) {
+	type result struct {
+		m   *agent.Message
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		m, files, err := sb.conn.Recv()
+		for _, f := range files {
+			f.Close()
+		}
+		ch <- result{m, err}
+	}()
+	timer := time.NewTimer(setupTimeout)
+	defer timer.Stop()
+	select {
+	case res := <-ch:
+		if res.err != nil {
+			return nil, fmt.Errorf("sandbox init died during setup: %w", res.err)
+		}
+		switch res.m.Type {
+		case agent.TypeReady:
+			if res.m.Ready == nil {
+				return nil, errors.New("sandbox init sent an empty ready message")
+			}
+			return res.m.Ready, nil
+		case agent.TypeError:
+			if res.m.Error == nil {
+				return nil, errors.New("sandbox init failed without a reason")
+			}
+			return nil, &LayerError{Layer: res.m.Error.Layer, Err: errors.New(res.m.Error.Message), Fix: fixFor(res.m.Error.Layer)}
+		default:
+			return nil, fmt.Errorf("sandbox init sent %q during setup", res.m.Type)
+		}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-timer.C:
+		return nil, fmt.Errorf("sandbox init did not finish setup within %s", setupTimeout)
+	}
+}
+
+func fixFor(layer string) string {
+	switch layer {
+	case layerLandlock:
+		return "enable Landlock in the kernel, or pass --insecure-no-landlock"
+	case layerSeccomp:
+		return "the kernel needs CONFIG_SECCOMP_FILTER; or pass --insecure-no-seccomp"
+	case layerFilesystem:
+		return "check the image, workspace and bind paths"
+	}
+	return ""
+}
+
+// idmappedMounts makes detached, idmapped copies of the host system
+// directories (or the image) and, when asked, of the workspace, mapped
+// through the sandbox's user namespace so that files owned by host root
+// appear owned by root inside. Only a root supervisor can make them.
+func idmappedMounts(pid int, image, workspace string, withWorkspace bool) ([]*os.File, []string, error) {
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ns.Close()
+	var files []*os.File
+	var names []string
+	add := func(path, name string, readOnly bool) error {
+		f, err := idmap(path, int(ns.Fd()), readOnly)
+		if err != nil {
+			return err
+		}
+		files = append(files, f)
+		names = append(names, name)
+		return nil
+	}
+	fail := func(err error) ([]*os.File, []string, error) {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, nil, err
+	}
+	if image != "" {
+		if err := add(image, "image", true); err != nil {
+			return fail(err)
+		}
+	} else {
+		for _, d := range hostSystemDirs {
+			fi, err := os.Lstat(d)
+			if err != nil || !fi.IsDir() {
+				continue
+			}
+			if err := add(d, d, true); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if withWorkspace {
+		if err := add(workspace, "workspace", false); err != nil {
+			return fail(err)
+		}
+	}
+	return files, names, nil
+}
+
+func idmap(path string, usernsFD int, readOnly bool) (*os.File, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return nil, fmt.Errorf("open_tree %s: %w", path, err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(usernsFD)}
+	if readOnly {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("idmap %s: %w", path, err)
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+func orDefault(v, d int64) int64 {
+	if v > 0 {
+		return v
+	}
+	return d
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// LayerError is a sandbox that could not be created because one isolation
+// layer could not be applied.
+type LayerError struct {
+	Layer string
+	Err   error
+	Fix   string
+}
+
+func (e *LayerError) Error() string {
+	msg := e.Layer + ": " + e.Err.Error()
+	if e.Fix != "" {
+		msg += " (fix: " + e.Fix + ")"
+	}
+	return msg
+}
+
+func (e *LayerError) Unwrap() error { return e.Err }
+
+// cleanup is a rollback stack for multi-step setup.
+type cleanup struct{ fns []func() }
+
+func (c *cleanup) add(f func()) { c.fns = append(c.fns, f) }
+func (c *cleanup) run() {
+	for i := len(c.fns) - 1; i >= 0; i-- {
+		c.fns[i]()
+	}
+	c.fns = nil
+}
+
+// sandboxes share no state but the host; this lock only serialises sweeps.
+var sweepMu sync.Mutex

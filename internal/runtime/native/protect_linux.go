@@ -1,0 +1,108 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	securejoin "github.com/cyphar/filepath-securejoin"
+	"golang.org/x/sys/unix"
+)
+
+// protectedDirs are protected names that are directories when they exist;
+// a placeholder for one of them that does not exist yet is a directory,
+// any other placeholder is an empty file.
+var protectedDirs = map[string]bool{
+	"hooks": true, ".vscode": true, ".idea": true, ".claude": true, ".cursor": true,
+	".devcontainer": true, "fish": true, ".continue": true, ".windsurf": true,
+	".codex": true, ".gemini": true, "workflows": true, ".git": true, ".config": true,
+}
+
+// protect makes each workspace-relative path in paths read-only inside the
+// sandbox. A path that exists is bind-mounted read-only onto itself. For a
+// path that does not exist, the first missing component gets an empty
+// placeholder (created in the host workspace) mounted read-only, so the
+// sandbox cannot create it. Every directory between the workspace and a
+// protected path is pinned (bind-mounted onto itself): a mount point cannot
+// be renamed or removed, so the sandbox cannot move `.git` aside and plant a
+// fresh `.git/hooks`. It returns the placeholders it created, relative to ws.
+func protect(ws string, paths []string) ([]string, error) {
+	var created []string
+	pinned := map[string]bool{}
+	readOnly := map[string]bool{}
+	for _, rel := range paths {
+		rel = filepath.Clean(rel)
+		if rel == "." || filepath.IsAbs(rel) || rel == ".." || strings.HasPrefix(rel, "../") {
+			return created, fmt.Errorf("protected path %q must be relative to the workspace", rel)
+		}
+		parts := strings.Split(rel, "/")
+		cur := ws
+		for i, part := range parts {
+			next := filepath.Join(cur, part)
+			last := i == len(parts)-1
+			if readOnly[next] {
+				break // an ancestor is read-only already
+			}
+			fi, err := os.Lstat(next)
+			if errors.Is(err, fs.ErrNotExist) {
+				isDir := !last || protectedDirs[part]
+				if err := placeholder(next, isDir); err != nil {
+					return created, fmt.Errorf("protect %s: %w", rel, err)
+				}
+				created = append(created, strings.TrimPrefix(next, ws+"/"))
+				if err := bindRO(next, next); err != nil {
+					return created, fmt.Errorf("protect %s: %w", rel, err)
+				}
+				readOnly[next] = true
+				break
+			}
+			if err != nil {
+				return created, fmt.Errorf("protect %s: %w", rel, err)
+			}
+			if fi.Mode()&fs.ModeSymlink != 0 {
+				// Protect what the link points to when that is inside
+				// the workspace; a target outside is on a read-only
+				// root already or not visible at all.
+				target, err := securejoin.SecureJoin(ws, strings.TrimPrefix(next, ws))
+				if err != nil {
+					return created, fmt.Errorf("protect %s: %w", rel, err)
+				}
+				if _, err := os.Stat(target); err == nil {
+					if err := bindRO(target, target); err != nil {
+						return created, fmt.Errorf("protect %s: %w", rel, err)
+					}
+				}
+				break
+			}
+			if last || !fi.IsDir() {
+				if err := bindRO(next, next); err != nil {
+					return created, fmt.Errorf("protect %s: %w", rel, err)
+				}
+				readOnly[next] = true
+				break
+			}
+			if !pinned[next] {
+				if err := mount(next, next, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+					return created, fmt.Errorf("protect %s: pin %s: %w", rel, part, err)
+				}
+				pinned[next] = true
+			}
+			cur = next
+		}
+	}
+	return created, nil
+}
+
+func placeholder(path string, dir bool) error {
+	if dir {
+		return os.Mkdir(path, 0o755)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,354 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	securejoin "github.com/cyphar/filepath-securejoin"
+	"golang.org/x/sys/unix"
+)
+
+// buildRoot assembles the sandbox's root filesystem inside the init's new
+// mount namespace and pivots into it. Everything it mounts lives in that
+// namespace only and disappears with it; the only host-visible effect is the
+// placeholders it may create in the workspace, which it returns.
+func buildRoot(s *setup, idmapped map[string]*os.File) ([]string, error) {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return nil, fmt.Errorf("make / private: %w", err)
+	}
+	// One tmpfs, capped at the disk limit, holds the new root and the
+	// upper layers of every overlay: the writable copy-on-write layer.
+	top := filepath.Join(s.StateDir, "root")
+	if err := mount("airlock", top, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0755", s.Disk)); err != nil {
+		return nil, err
+	}
+	newRoot := filepath.Join(top, "rootfs")
+	layers := filepath.Join(top, "layers")
+	for _, d := range []string{newRoot, layers} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	// pivot_root needs the new root to be a mount point.
+	if err := mount(newRoot, newRoot, "", unix.MS_BIND, ""); err != nil {
+		return nil, err
+	}
+
+	if s.Image != "" {
+		lower, err := lowerDir(s.Image, "image", layers, idmapped)
+		if err != nil {
+			return nil, err
+		}
+		if err := overlay(lower, layers, "image", newRoot); err != nil {
+			return nil, fmt.Errorf("image %s: %w", s.Image, err)
+		}
+	} else if err := hostRoot(newRoot, layers, idmapped); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{"proc", "dev", "tmp", "workspace"} {
+		if err := os.MkdirAll(filepath.Join(newRoot, d), 0o755); err != nil {
+			return nil, fmt.Errorf("create /%s: %w", d, err)
+		}
+	}
+
+	ws := filepath.Join(newRoot, "workspace")
+	if f := idmapped["workspace"]; f != nil {
+		if err := moveMount(f, ws); err != nil {
+			return nil, fmt.Errorf("workspace %s: %w", s.Workspace, err)
+		}
+	} else if err := mount(s.Workspace, ws, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	if err := remount(ws, unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	placeholders, err := protect(ws, s.Protected)
+	if err != nil {
+		return placeholders, err
+	}
+
+	if err := mount("tmpfs", filepath.Join(newRoot, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=1777", s.Tmp)); err != nil {
+		return placeholders, err
+	}
+	for _, p := range s.ReadOnly {
+		if err := bindInto(newRoot, p, p, false); err != nil {
+			return placeholders, err
+		}
+	}
+	for _, p := range s.Writable {
+		if err := bindInto(newRoot, p, p, true); err != nil {
+			return placeholders, err
+		}
+	}
+	for _, b := range s.Binds {
+		if err := bindInto(newRoot, b.Source, b.Target, b.Writable); err != nil {
+			return placeholders, err
+		}
+	}
+
+	if err := mountDev(filepath.Join(newRoot, "dev"), s.Shm); err != nil {
+		return placeholders, err
+	}
+	if err := mountProc(filepath.Join(newRoot, "proc")); err != nil {
+		return placeholders, err
+	}
+	for _, p := range s.Deny {
+		if err := deny(newRoot, p); err != nil {
+			return placeholders, err
+		}
+	}
+	if err := remount(newRoot, unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+		return placeholders, err
+	}
+	return placeholders, pivot(newRoot)
+}
+
+// hostRoot lays the host's system directories into newRoot, each under its
+// own overlay so that writes land in the capped tmpfs and never on the host.
+func hostRoot(newRoot, layers string, idmapped map[string]*os.File) error {
+	for _, d := range hostSystemDirs {
+		fi, err := os.Lstat(d)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(newRoot, d)
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(d)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, dst); err != nil {
+				return err
+			}
+		case fi.IsDir():
+			lower, err := lowerDir(d, d, layers, idmapped)
+			if err != nil {
+				return err
+			}
+			if err := os.Mkdir(dst, 0o755); err != nil {
+				return err
+			}
+			if err := overlay(lower, layers, d, dst); err != nil {
+				return fmt.Errorf("%s: %w", d, err)
+			}
+		}
+	}
+	if err := makeEtc(filepath.Join(newRoot, "etc")); err != nil {
+		return fmt.Errorf("/etc: %w", err)
+	}
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{"root", 0o700}, {"home", 0o755}, {"var", 0o755}, {"var/tmp", 0o1777}, {"run", 0o755}, {"mnt", 0o755}, {"opt", 0o755}} {
+		p := filepath.Join(newRoot, d.path)
+		if err := os.Mkdir(p, d.mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, d.mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lowerDir returns the path to use as an overlay's lower layer: the idmapped
+// mount the supervisor made for it if there is one, else the host path.
+func lowerDir(path, name, layers string, idmapped map[string]*os.File) (string, error) {
+	f := idmapped[name]
+	if f == nil {
+		if strings.ContainsAny(path, ",:\\") {
+			return "", fmt.Errorf("path %q: ',', ':' and '\\' cannot be used in an overlay layer", path)
+		}
+		return path, nil
+	}
+	dst := filepath.Join(layers, "lower", strings.TrimPrefix(name, "/"))
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return "", err
+	}
+	if err := moveMount(f, dst); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return dst, nil
+}
+
+func overlay(lower, layers, name, dst string) error {
+	name = strings.Trim(name, "/")
+	upper := filepath.Join(layers, "upper", name)
+	work := filepath.Join(layers, "work", name)
+	for _, d := range []string{upper, work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	// userxattr: the overlay is mounted inside a user namespace, where
+	// trusted.* extended attributes are not available.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper, work)
+	return mount("overlay", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+}
+
+func moveMount(f *os.File, dst string) error {
+	if err := unix.MoveMount(int(f.Fd()), "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount to %s: %w", dst, err)
+	}
+	return nil
+}
+
+func mount(src, dst, fstype string, flags uintptr, data string) error {
+	if err := unix.Mount(src, dst, fstype, flags, data); err != nil {
+		what := fstype
+		if what == "" {
+			what = "bind " + src
+		}
+		return fmt.Errorf("mount %s on %s: %w", what, dst, err)
+	}
+	return nil
+}
+
+// remount changes the flags of the bind mount at path, keeping the flags that
+// the kernel locked on it (a user namespace may not clear those).
+func remount(path string, flags uintptr) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", path, err)
+	}
+	keep := uintptr(0)
+	for _, f := range []struct{ st, ms uintptr }{
+		{unix.ST_RDONLY, unix.MS_RDONLY}, {unix.ST_NOSUID, unix.MS_NOSUID}, {unix.ST_NODEV, unix.MS_NODEV},
+		{unix.ST_NOEXEC, unix.MS_NOEXEC}, {unix.ST_NOATIME, unix.MS_NOATIME}, {unix.ST_NODIRATIME, unix.MS_NODIRATIME},
+		{unix.ST_RELATIME, unix.MS_RELATIME},
+	} {
+		if uintptr(st.Flags)&f.st != 0 {
+			keep |= f.ms
+		}
+	}
+	return mount("", path, "", unix.MS_BIND|unix.MS_REMOUNT|keep|flags, "")
+}
+
+// bindRO bind-mounts src on dst read-only.
+func bindRO(src, dst string) error {
+	if err := mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	return remount(dst, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV)
+}
+
+// resolveIn resolves target inside root and refuses a target whose path goes
+// through a symlink, so that a mount can never land outside the new root.
+func resolveIn(root, target string) (string, error) {
+	if !filepath.IsAbs(target) {
+		return "", fmt.Errorf("path %q is not absolute", target)
+	}
+	clean := filepath.Join(root, filepath.Clean(target))
+	resolved, err := securejoin.SecureJoin(root, target)
+	if err != nil {
+		return "", fmt.Errorf("resolve %q: %w", target, err)
+	}
+	if resolved != clean {
+		return "", fmt.Errorf("path %q goes through a symlink (resolves to %q inside the sandbox); refusing", target, strings.TrimPrefix(resolved, root))
+	}
+	return clean, nil
+}
+
+// bindInto bind-mounts the host path src at target inside newRoot.
+func bindInto(newRoot, src, target string, writable bool) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return fmt.Errorf("bind source: %w", err)
+	}
+	dst, err := resolveIn(newRoot, target)
+	if err != nil {
+		return fmt.Errorf("bind target: %w", err)
+	}
+	if fi.IsDir() {
+		err = os.MkdirAll(dst, 0o755)
+	} else if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+		err = touch(dst)
+	}
+	if err != nil {
+		return fmt.Errorf("bind target %s: %w", target, err)
+	}
+	// Re-check after creating the mount point: nothing may have swapped a
+	// symlink in (nothing else runs yet, but keep the invariant local).
+	if _, err := resolveIn(newRoot, target); err != nil {
+		return err
+	}
+	if err := mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return err
+	}
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+	if !writable {
+		flags |= unix.MS_RDONLY
+	}
+	return remount(dst, flags)
+}
+
+func touch(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// deny hides a path inside the sandbox: an empty read-only tmpfs over a
+// directory, /dev/null over anything else.
+func deny(newRoot, path string) error {
+	dst, err := resolveIn(newRoot, path)
+	if err != nil {
+		return fmt.Errorf("deny: %w", err)
+	}
+	fi, err := os.Stat(dst)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deny %s: %w", path, err)
+	}
+	if fi.IsDir() {
+		return mount("tmpfs", dst, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=000")
+	}
+	return bindRO("/dev/null", dst)
+}
+
+func pivot(newRoot string) error {
+	if err := unix.Chdir(newRoot); err != nil {
+		return fmt.Errorf("chdir %s: %w", newRoot, err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	// The old root is now stacked beneath the new one; detach it.
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	return nil
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

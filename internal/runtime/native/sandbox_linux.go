@@ -1,0 +1,252 @@
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/agent"
+	"github.com/airlock-dev/airlock/internal/cgroup"
+	"github.com/airlock-dev/airlock/internal/runtime"
+)
+
+// sandbox is the supervisor's handle on one running sandbox.
+type sandbox struct {
+	id            string
+	info          runtime.Info
+	stateDir      string
+	workspace     string
+	tempWorkspace bool
+	placeholders  []string
+	cg            *cgroup.Cgroup
+	cmd           *exec.Cmd
+	exited        chan struct{} // closed when the init has exited
+	conn          *agent.Conn
+
+	mu      sync.Mutex
+	nextID  uint64
+	procs   map[uint64]*process
+	done    chan struct{} // closed when the control channel is gone
+	destroy sync.Once
+}
+
+var _ runtime.Sandbox = (*sandbox)(nil)
+
+func (sb *sandbox) ID() string         { return sb.id }
+func (sb *sandbox) Info() runtime.Info { return sb.info }
+
+// ErrSandboxGone is returned for processes of a sandbox that ended.
+var ErrSandboxGone = errors.New("sandbox ended")
+
+func (sb *sandbox) readLoop() {
+	defer close(sb.done)
+	for {
+		m, files, err := sb.conn.Recv()
+		if err != nil {
+			return
+		}
+		sb.dispatch(m, files)
+	}
+}
+
+func (sb *sandbox) dispatch(m *agent.Message, files []*os.File) {
+	var id uint64
+	switch {
+	case m.Type == agent.TypeStarted && m.Started != nil:
+		id = m.Started.ID
+	case m.Type == agent.TypeExit && m.Exit != nil:
+		id = m.Exit.ID
+	case m.Type == agent.TypeError && m.Error != nil:
+		id = m.Error.ID
+	}
+	sb.mu.Lock()
+	p := sb.procs[id]
+	if m.Type == agent.TypeExit {
+		delete(sb.procs, id)
+	}
+	sb.mu.Unlock()
+	if p == nil {
+		for _, f := range files {
+			f.Close()
+		}
+		return
+	}
+	switch m.Type {
+	case agent.TypeStarted:
+		p.pid = m.Started.Pid
+		if len(files) > 0 {
+			p.pty = files[0]
+			for _, f := range files[1:] {
+				f.Close()
+			}
+		}
+		p.startOnce.Do(func() { close(p.started) })
+	case agent.TypeError:
+		for _, f := range files {
+			f.Close()
+		}
+		p.startErr = m.Error
+		p.startOnce.Do(func() { close(p.started) })
+	case agent.TypeExit:
+		p.status = runtime.ExitStatus{Code: m.Exit.Code, Signal: m.Exit.Signal}
+		close(p.exit)
+	}
+}
+
+// Exec implements runtime.Sandbox.
+func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.Process, error) {
+	if len(req.Argv) == 0 {
+		return nil, errors.New("exec: empty command")
+	}
+	sb.mu.Lock()
+	sb.nextID++
+	p := &process{sb: sb, id: sb.nextID, started: make(chan struct{}), exit: make(chan struct{})}
+	sb.procs[p.id] = p
+	sb.mu.Unlock()
+	fail := func(err error) (runtime.Process, error) {
+		sb.mu.Lock()
+		delete(sb.procs, p.id)
+		sb.mu.Unlock()
+		return nil, err
+	}
+	msg := &agent.Message{Type: agent.TypeExec, Exec: &agent.ExecRequest{
+		ID: p.id, Argv: req.Argv, Env: req.Env, Dir: req.Dir, TTY: req.TTY, Rows: req.Rows, Cols: req.Cols,
+	}}
+	var fds []int
+	if !req.TTY {
+		if req.Stdin == nil || req.Stdout == nil || req.Stderr == nil {
+			return fail(errors.New("exec: stdin, stdout and stderr are required without a TTY"))
+		}
+		fds = []int{int(req.Stdin.Fd()), int(req.Stdout.Fd()), int(req.Stderr.Fd())}
+	}
+	if err := sb.conn.Send(msg, fds...); err != nil {
+		return fail(fmt.Errorf("exec: %w", err))
+	}
+	select {
+	case <-p.started:
+	case <-sb.done:
+		return fail(ErrSandboxGone)
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	}
+	if p.startErr != nil {
+		return fail(errors.New(p.startErr.Message))
+	}
+	return p, nil
+}
+
+// Kill implements runtime.Sandbox.
+func (sb *sandbox) Kill() error {
+	if sb.cg != nil {
+		sb.cg.Kill()
+	}
+	sb.killInit()
+	return nil
+}
+
+// killInit kills the sandbox's PID 1; the kernel then kills every process
+// in its PID namespace.
+func (sb *sandbox) killInit() {
+	if sb.cmd != nil && sb.cmd.Process != nil {
+		sb.cmd.Process.Signal(syscall.SIGKILL)
+	}
+}
+
+// Destroy implements runtime.Sandbox.
+func (sb *sandbox) Destroy(ctx context.Context) error {
+	var errs []error
+	sb.destroy.Do(func() {
+		ctx := context.WithoutCancel(ctx)
+		// Closing the channel makes the agent kill everything and exit;
+		// SIGKILL follows if it does not within a short grace period.
+		sb.conn.Close()
+		select {
+		case <-sb.exited:
+		case <-time.After(2 * time.Second):
+			sb.killInit()
+			<-sb.exited
+		}
+		if sb.cg != nil {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := sb.cg.Destroy(cctx); err != nil {
+				errs = append(errs, err)
+			}
+			cancel()
+		}
+		removePlaceholders(sb.workspace, sb.placeholders)
+		if err := os.RemoveAll(sb.stateDir); err != nil {
+			errs = append(errs, err)
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// removePlaceholders removes the placeholders setup created in the host
+// workspace, but only those still empty: anything the host user put there
+// meanwhile stays.
+func removePlaceholders(ws string, rel []string) {
+	for i := len(rel) - 1; i >= 0; i-- {
+		p := filepath.Clean(rel[i])
+		if filepath.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") {
+			continue
+		}
+		full := filepath.Join(ws, p)
+		fi, err := os.Lstat(full)
+		if err != nil {
+			continue
+		}
+		if fi.IsDir() || (fi.Mode().IsRegular() && fi.Size() == 0) {
+			os.Remove(full) // fails, as it should, on a non-empty directory
+		}
+	}
+}
+
+// process is a process started through the agent.
+type process struct {
+	sb        *sandbox
+	id        uint64
+	pid       int
+	pty       *os.File
+	started   chan struct{}
+	startOnce sync.Once
+	startErr  *agent.Error
+	exit      chan struct{}
+	status    runtime.ExitStatus
+}
+
+func (p *process) Pid() int      { return p.pid }
+func (p *process) PTY() *os.File { return p.pty }
+
+func (p *process) Signal(sig os.Signal) error {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return fmt.Errorf("unsupported signal %v", sig)
+	}
+	return p.sb.conn.Send(&agent.Message{Type: agent.TypeSignal, Signal: &agent.Signal{ID: p.id, Signal: int(s)}})
+}
+
+func (p *process) Wait(ctx context.Context) (runtime.ExitStatus, error) {
+	select {
+	case <-p.exit:
+		return p.status, nil
+	case <-p.sb.done:
+		// The channel may close right after the exit message arrived.
+		select {
+		case <-p.exit:
+			return p.status, nil
+		default:
+		}
+		return runtime.ExitStatus{Signal: int(unix.SIGKILL)}, ErrSandboxGone
+	case <-ctx.Done():
+		return runtime.ExitStatus{}, ctx.Err()
+	}
+}

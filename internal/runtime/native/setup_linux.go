@@ -1,0 +1,55 @@
+package native
+
+import "github.com/airlock-dev/airlock/internal/runtime"
+
+// setup is what the supervisor sends the sandbox's init in the first control
+// message. It is built by the supervisor from a runtime.Spec, so the init
+// needs no policy logic of its own.
+type setup struct {
+	StateDir  string `json:"state_dir"`
+	Image     string `json:"image,omitempty"`
+	Workspace string `json:"workspace"`
+	// Protect the workspace paths listed (relative) by mounting them
+	// read-only, creating placeholders for paths that do not exist.
+	Protected []string `json:"protected,omitempty"`
+	// IDMapped names, in order, the file descriptors that came with the
+	// setup message: detached, idmapped mounts made by a root supervisor.
+	// Names are "/usr"-style host paths, "image" or "workspace".
+	IDMapped []string       `json:"idmapped,omitempty"`
+	ReadOnly []string       `json:"read_only,omitempty"`
+	Writable []string       `json:"writable,omitempty"`
+	Binds    []runtime.Bind `json:"binds,omitempty"`
+	Deny     []string       `json:"deny,omitempty"`
+
+	Hostname string `json:"hostname"`
+	Disk     int64  `json:"disk"`
+	Tmp      int64  `json:"tmp"`
+	Shm      int64  `json:"shm"`
+	NoFile   uint64 `json:"nofile"`
+	FileSize int64  `json:"fsize"`
+
+	Seccomp    []runtime.SockFilter `json:"seccomp,omitempty"`
+	NoSeccomp  bool                 `json:"no_seccomp,omitempty"`
+	NoLandlock bool                 `json:"no_landlock,omitempty"`
+}
+
+// Layer names used in errors, so that a failure says which isolation layer
+// could not be applied.
+const (
+	layerNamespaces = "namespaces"
+	layerFilesystem = "filesystem"
+	layerCgroups    = "cgroups"
+	layerRlimits    = "rlimits"
+	layerCaps       = "capabilities"
+	layerLandlock   = "landlock"
+	layerSeccomp    = "seccomp"
+)
+
+// hostSystemDirs are the host directories that make up the default root,
+// read-only beneath a copy-on-write layer. Symlinks (merged /usr) are
+// recreated as symlinks.
+var hostSystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// InitArg is the hidden subcommand that makes the airlock binary act as a
+// sandbox's init. cmd/airlock dispatches on it before anything else runs.
+const InitArg = "__sandbox-init"

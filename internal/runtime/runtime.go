@@ -1,0 +1,147 @@
+// Package runtime defines the isolation backend interface that every sandbox
+// runtime (native namespaces today; gVisor, microVMs and a simulated shell
+// later) implements, and the types that describe a sandbox to create.
+//
+// A runtime creates and destroys sandboxes and starts processes in them
+// through the sandbox's agent. It never decides policy: the caller hands it a
+// complete Spec, and a runtime that cannot apply every layer the Spec asks for
+// must fail instead of starting a weaker sandbox.
+package runtime
+
+import (
+	"context"
+	"os"
+	"time"
+)
+
+// Runtime creates sandboxes.
+type Runtime interface {
+	// Name is the backend's name, e.g. "native".
+	Name() string
+	// Create builds and starts a sandbox. On error nothing is left behind.
+	Create(ctx context.Context, spec *Spec) (Sandbox, error)
+}
+
+// Sandbox is a running sandbox.
+type Sandbox interface {
+	ID() string
+	// Info reports what was applied.
+	Info() Info
+	// Exec starts a process through the sandbox's agent.
+	Exec(ctx context.Context, req *ExecRequest) (Process, error)
+	// Kill ends every process in the sandbox at once.
+	Kill() error
+	// Destroy kills the sandbox and removes everything it left on the host.
+	// It is idempotent.
+	Destroy(ctx context.Context) error
+}
+
+// Process is a process started in a sandbox.
+type Process interface {
+	Pid() int
+	// PTY is the pseudo-terminal master when the process was started with
+	// a TTY, or nil.
+	PTY() *os.File
+	Signal(sig os.Signal) error
+	// Wait blocks until the process ends.
+	Wait(ctx context.Context) (ExitStatus, error)
+}
+
+// ExitStatus says how a process ended.
+type ExitStatus struct {
+	Code   int // exit code when Signal is 0
+	Signal int // the signal that killed it, or 0
+}
+
+// ShellCode is the status a shell would report: the code, or 128+signal.
+func (e ExitStatus) ShellCode() int {
+	if e.Signal != 0 {
+		return 128 + e.Signal
+	}
+	return e.Code
+}
+
+// ExecRequest describes a process to start.
+type ExecRequest struct {
+	Argv []string
+	Env  []string // complete environment, KEY=VALUE
+	Dir  string   // working directory inside the sandbox
+	TTY  bool
+	Rows uint16
+	Cols uint16
+	// Stdin, Stdout and Stderr are handed to the process as they are when
+	// TTY is false. They must not be terminals (the caller interposes pipes
+	// for terminals so that the sandbox never holds the caller's tty).
+	Stdin, Stdout, Stderr *os.File
+}
+
+// Spec describes a sandbox. Sizes are bytes; zero means the runtime default
+// where one is documented, otherwise "no limit".
+type Spec struct {
+	// Image is a root filesystem directory. Empty: the host's system
+	// directories, read-only, under a copy-on-write layer.
+	Image string
+	// Workspace is the host directory mounted read-write at /workspace.
+	// Empty: a fresh empty directory, removed with the sandbox.
+	Workspace string
+	// Protected lists workspace-relative paths that stay read-only, whether
+	// or not they exist when the sandbox starts.
+	Protected []string
+	ReadOnly  []string // host paths visible read-only at the same path
+	Writable  []string // host paths visible read-write at the same path
+	Binds     []Bind
+	Deny      []string // sandbox paths hidden from view
+
+	Limits  Limits
+	Seccomp []SockFilter // compiled filter, required unless Insecure.NoSeccomp
+
+	Insecure Insecure
+	// CgroupParent overrides where the sandbox's cgroup is created.
+	CgroupParent string
+}
+
+// Bind is an extra bind mount from the host.
+type Bind struct {
+	Source, Target string
+	Writable       bool
+}
+
+// Limits are the resource caps of a sandbox.
+type Limits struct {
+	Memory, Swap int64
+	Pids         int64
+	CPU          float64
+	Disk         int64 // writable copy-on-write layer
+	Tmp, Shm     int64
+	NoFile       uint64
+	FileSize     int64
+	Timeout      time.Duration
+}
+
+// Insecure lists isolation layers the caller explicitly opted out of, by
+// name. Each one makes the sandbox weaker and is reported on every run.
+type Insecure struct {
+	NoLandlock bool
+	NoSeccomp  bool
+	NoCgroups  bool
+}
+
+// SockFilter is one classic BPF instruction (struct sock_filter).
+type SockFilter struct {
+	Code uint16 `json:"c"`
+	Jt   uint8  `json:"t"`
+	Jf   uint8  `json:"f"`
+	K    uint32 `json:"k"`
+}
+
+// Info reports what a sandbox got.
+type Info struct {
+	ID          string
+	Runtime     string
+	LandlockABI int
+	CgroupPaths []string
+	Rootless    bool
+	HostUID     int
+	// Steps holds the time each setup step took, for benchmarks.
+	Steps map[string]time.Duration
+}

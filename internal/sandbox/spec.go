@@ -1,0 +1,102 @@
+// Package sandbox turns a validated policy into what a runtime needs: the
+// runtime.Spec (with the compiled seccomp filter) and the environment of the
+// sandboxed command. It is shared by `airlock run` and, later, the daemon, so
+// that both build sandboxes the same way. It performs no I/O.
+package sandbox
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/seccomp"
+)
+
+// Opts are choices made by the caller rather than by the policy.
+type Opts struct {
+	Insecure     runtime.Insecure
+	CgroupParent string
+}
+
+// Spec compiles p into a runtime spec.
+func Spec(p *policy.Policy, o Opts) (*runtime.Spec, error) {
+	r := p.Resources.Effective()
+	s := &runtime.Spec{
+		Image:     p.Image,
+		Workspace: p.Workspace,
+		Protected: p.ProtectedPaths(),
+		ReadOnly:  p.Filesystem.ReadOnly,
+		Writable:  p.Filesystem.Writable,
+		Deny:      p.Filesystem.Deny,
+		Limits: runtime.Limits{
+			Memory: r.Memory, Swap: r.Swap, Pids: r.Pids, CPU: r.CPU, Disk: r.Disk,
+			Tmp: r.Tmp, Shm: r.Shm, NoFile: r.NoFile, FileSize: r.FileSize, Timeout: r.Timeout,
+		},
+		Insecure:     o.Insecure,
+		CgroupParent: o.CgroupParent,
+	}
+	for _, b := range p.Filesystem.Binds {
+		s.Binds = append(s.Binds, runtime.Bind{Source: b.Source, Target: b.Target, Writable: b.Writable})
+	}
+	if !o.Insecure.NoSeccomp {
+		prof := seccomp.Default()
+		if err := prof.Deny(p.Seccomp.Deny...); err != nil {
+			return nil, err
+		}
+		prog, err := prof.Compile()
+		if err != nil {
+			return nil, fmt.Errorf("seccomp: %w", err)
+		}
+		for _, in := range prog {
+			s.Seccomp = append(s.Seccomp, runtime.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K})
+		}
+	}
+	return s, nil
+}
+
+// DefaultPath is the PATH of a sandboxed command unless the policy sets one.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Env builds the sandboxed command's environment. Nothing comes from the
+// caller's environment unless the policy or a flag passes it by name:
+// defaults, then the policy's set and pass, then flags (KEY=VALUE sets,
+// KEY alone passes the caller's value through). lookup reads the caller's
+// environment.
+func Env(p *policy.Policy, flags []string, tty bool, lookup func(string) (string, bool)) ([]string, error) {
+	env := map[string]string{
+		"PATH": DefaultPath, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root", "LOGNAME": "root",
+	}
+	if tty {
+		env["TERM"] = "xterm-256color"
+		if v, ok := lookup("TERM"); ok && v != "" {
+			env["TERM"] = v
+		}
+	}
+	for k, v := range p.Environment.Set {
+		env[k] = v
+	}
+	for _, k := range p.Environment.Pass {
+		if v, ok := lookup(k); ok {
+			env[k] = v
+		}
+	}
+	for _, f := range flags {
+		k, v, set := strings.Cut(f, "=")
+		if k == "" || strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) {
+			return nil, fmt.Errorf("--env %q: want KEY=VALUE or KEY", f)
+		}
+		if set {
+			env[k] = v
+		} else if v, ok := lookup(k); ok {
+			env[k] = v
+		}
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out, nil
+}
