@@ -31,9 +31,15 @@ func NewServer(conn *Conn) *Server {
 func (s *Server) Serve() error {
 	sigc := make(chan os.Signal, 16)
 	signal.Notify(sigc, unix.SIGCHLD)
-	// PID 1 gets no default signal handlers; ignore the terminal ones so that
-	// `kill -TERM 1` from inside cannot tear the agent down by accident.
-	signal.Ignore(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGPIPE)
+	// Catch (never ignore: SIG_IGN would be inherited across exec by every
+	// process the agent starts) the signals that would end the agent, so
+	// that `kill -TERM 1` from inside cannot tear the sandbox down.
+	other := make(chan os.Signal, 16)
+	signal.Notify(other, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGPIPE, unix.SIGUSR1, unix.SIGUSR2)
+	go func() {
+		for range other {
+		}
+	}()
 	go func() {
 		for range sigc {
 			s.reap()

@@ -124,9 +124,26 @@ func (cr *created) mkdir(dir string, leaf bool) error {
 	case err == unix.EEXIST && !leaf:
 		return nil
 	case err == unix.EEXIST:
-		return fmt.Errorf("cgroup: %s already exists: another sandbox uses this name or it is a leftover (remove it with rmdir, or run `airlock` sweep)", dir)
+		return fmt.Errorf("cgroup: %s already exists: another sandbox uses this name, or it is a leftover of a dead sandbox (rmdir it once empty; Sweep removes old empty ones)", dir)
 	}
 	return fmt.Errorf("cgroup: create %s: %w", dir, err)
+}
+
+// retryRace runs create; on failure it removes what create made. A
+// concurrent New that failed may remove a shared intermediate directory
+// (e.g. "airlock") between our mkdirs, which shows as ENOENT: then the
+// whole creation is tried again, a few times.
+func retryRace(cr *created, create func() (*Cgroup, error)) (*Cgroup, error) {
+	for attempt := 0; ; attempt++ {
+		cg, err := create()
+		if err == nil {
+			return cg, nil
+		}
+		cr.undo()
+		if attempt >= 2 || !errors.Is(err, unix.ENOENT) {
+			return nil, err
+		}
+	}
 }
 
 // writeFile writes value to a cgroup control file in one write.
@@ -170,7 +187,7 @@ func newV2(base string, parts []string, l Limits) (*Cgroup, error) {
 		}
 	}
 	var cr created
-	cg, err := func() (*Cgroup, error) {
+	cg, err := retryRace(&cr, func() (*Cgroup, error) {
 		dir := base
 		if err := enableV2(dir, req); err != nil {
 			return nil, err
@@ -195,12 +212,8 @@ func newV2(base string, parts []string, l Limits) (*Cgroup, error) {
 			return nil, fmt.Errorf("cgroup: open %s: %w", dir, err)
 		}
 		return &Cgroup{version: V2, dirs: []ctlDir{{dir: dir}}, fd: fd}, nil
-	}()
-	if err != nil {
-		cr.undo()
-		return nil, err
-	}
-	return cg, nil
+	})
+	return cg, err
 }
 
 // enableV2 enables the controllers cs in dir/cgroup.subtree_control.
@@ -298,24 +311,22 @@ func newV1(lo *layout, parent string, parts []string, l Limits) (*Cgroup, error)
 		dirs = append(dirs, ctlDir{controllers: []string{c}, dir: filepath.Join(append([]string{base}, parts...)...)})
 	}
 	var cr created
-	cg := &Cgroup{version: V1, dirs: dirs, fd: -1}
-	err := func() error {
+	return retryRace(&cr, func() (*Cgroup, error) {
+		cg := &Cgroup{version: V1, dirs: dirs, fd: -1}
 		for _, base := range bases {
 			cur := base
 			for i, p := range parts {
 				cur = filepath.Join(cur, p)
 				if err := cr.mkdir(cur, i == len(parts)-1); err != nil {
-					return err
+					return nil, err
 				}
 			}
 		}
-		return applyV1(cg, l)
-	}()
-	if err != nil {
-		cr.undo()
-		return nil, err
-	}
-	return cg, nil
+		if err := applyV1(cg, l); err != nil {
+			return nil, err
+		}
+		return cg, nil
+	})
 }
 
 // dirOf returns the directory of a v1 controller ("" if not joined) or

@@ -103,7 +103,12 @@ func initSandbox(conn *agent.Conn) (*agent.Ready, error) {
 	step("namespaces", t0)
 
 	t0 = time.Now()
-	placeholders, err := buildRoot(&s, idmapped)
+	last := time.Now()
+	placeholders, err := buildRoot(&s, idmapped, func(name string) {
+		now := time.Now()
+		ready.Steps[name] = int64(now.Sub(last))
+		last = now
+	})
 	if err != nil {
 		return nil, inLayer(layerFilesystem, err)
 	}

@@ -189,8 +189,8 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 			GidMappingsEnableSetgroups: false,
 			// Become root of the new user namespace (the host uid above).
 			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
-			Setsid:                     true,
-			Pdeathsig:                  unix.SIGKILL,
+			Setsid:     true,
+			Pdeathsig:  unix.SIGKILL,
 		},
 	}
 	if sb.cg != nil {

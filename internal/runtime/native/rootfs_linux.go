@@ -17,7 +17,7 @@ import (
 // mount namespace and pivots into it. Everything it mounts lives in that
 // namespace only and disappears with it; the only host-visible effect is the
 // placeholders it may create in the workspace, which it returns.
-func buildRoot(s *setup, idmapped map[string]*os.File) ([]string, error) {
+func buildRoot(s *setup, idmapped map[string]*os.File, step func(string)) ([]string, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return nil, fmt.Errorf("make / private: %w", err)
 	}
@@ -47,9 +47,10 @@ func buildRoot(s *setup, idmapped map[string]*os.File) ([]string, error) {
 		if err := overlay(lower, layers, "image", newRoot); err != nil {
 			return nil, fmt.Errorf("image %s: %w", s.Image, err)
 		}
-	} else if err := hostRoot(newRoot, layers, idmapped); err != nil {
+	} else if err := hostRoot(newRoot, layers, idmapped, step); err != nil {
 		return nil, err
 	}
+	step("mounts.root")
 	for _, d := range []string{"proc", "dev", "tmp", "workspace"} {
 		if err := os.MkdirAll(filepath.Join(newRoot, d), 0o755); err != nil {
 			return nil, fmt.Errorf("create /%s: %w", d, err)
@@ -67,10 +68,12 @@ func buildRoot(s *setup, idmapped map[string]*os.File) ([]string, error) {
 	if err := remount(ws, unix.MS_NOSUID|unix.MS_NODEV); err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
+	step("mounts.workspace")
 	placeholders, err := protect(ws, s.Protected)
 	if err != nil {
 		return placeholders, err
 	}
+	step("mounts.protect")
 
 	if err := mount("tmpfs", filepath.Join(newRoot, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=1777", s.Tmp)); err != nil {
 		return placeholders, err
@@ -91,12 +94,15 @@ func buildRoot(s *setup, idmapped map[string]*os.File) ([]string, error) {
 		}
 	}
 
+	step("mounts.binds")
 	if err := mountDev(filepath.Join(newRoot, "dev"), s.Shm); err != nil {
 		return placeholders, err
 	}
+	step("mounts.dev")
 	if err := mountProc(filepath.Join(newRoot, "proc")); err != nil {
 		return placeholders, err
 	}
+	step("mounts.proc")
 	for _, p := range s.Deny {
 		if err := deny(newRoot, p); err != nil {
 			return placeholders, err
@@ -110,7 +116,7 @@ func buildRoot(s *setup, idmapped map[string]*os.File) ([]string, error) {
 
 // hostRoot lays the host's system directories into newRoot, each under its
 // own overlay so that writes land in the capped tmpfs and never on the host.
-func hostRoot(newRoot, layers string, idmapped map[string]*os.File) error {
+func hostRoot(newRoot, layers string, idmapped map[string]*os.File, step func(string)) error {
 	for _, d := range hostSystemDirs {
 		fi, err := os.Lstat(d)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -142,6 +148,7 @@ func hostRoot(newRoot, layers string, idmapped map[string]*os.File) error {
 			}
 		}
 	}
+	step("mounts.overlays")
 	if err := makeEtc(filepath.Join(newRoot, "etc")); err != nil {
 		return fmt.Errorf("/etc: %w", err)
 	}
