@@ -421,3 +421,49 @@ func TestSweep(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Concurrent New calls share the intermediate directory; failing ones clean
+// up after themselves without breaking the others.
+func TestConcurrentNew(t *testing.T) {
+	lo := needCgroups(t)
+	top := testTop(t, lo)
+	const n = 16
+	errs := make(chan error, n)
+	cgs := make(chan *Cgroup, n)
+	for i := 0; i < n; i++ {
+		go func(i int) {
+			l := Limits{Pids: 10}
+			if i%2 == 1 {
+				l.Pids = 1 << 40 // rejected by the kernel
+			}
+			cg, err := New("", fmt.Sprintf("%s/%s/%d", top, Prefix, i), l)
+			if i%2 == 1 {
+				if err == nil {
+					err = fmt.Errorf("New %d accepted an invalid limit", i)
+					cgs <- cg
+				} else {
+					err = nil
+				}
+			} else if err == nil {
+				cgs <- cg
+			}
+			errs <- err
+		}(i)
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	close(cgs)
+	got := 0
+	for cg := range cgs {
+		got++
+		if err := cg.Destroy(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
+	if got != n/2 {
+		t.Errorf("%d cgroups created, want %d", got, n/2)
+	}
+}

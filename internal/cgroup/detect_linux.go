@@ -255,6 +255,19 @@ func (lo *layout) detect() Info {
 		}
 		if len(missing) > 0 {
 			info.Reason = fmt.Sprintf("cgroup v2 controller(s) %s not available in %s/cgroup.controllers: enable them in the parent's cgroup.subtree_control or delegate them (systemd: Delegate=yes)", strings.Join(missing, ", "), base)
+			return info
+		}
+		// A non-root cgroup (it has cgroup.type) with processes of its own
+		// cannot enable controllers for its children (EBUSY).
+		on, _ := readControllers(filepath.Join(base, "cgroup.subtree_control"))
+		for _, c := range v2Wanted {
+			if !contains(on, c) {
+				missing = append(missing, c)
+			}
+		}
+		procs, _ := os.ReadFile(filepath.Join(base, "cgroup.procs"))
+		if len(missing) > 0 && len(bytes.TrimSpace(procs)) > 0 && exists(filepath.Join(base, "cgroup.type")) {
+			info.Reason = fmt.Sprintf("cgroup v2: %s has processes of its own, so controller(s) %s cannot be enabled in its cgroup.subtree_control (no internal processes rule): move its processes into a leaf cgroup (e.g. %s/init) first", base, strings.Join(missing, ", "), base)
 		}
 	case V1:
 		info.Controllers = lo.v1All

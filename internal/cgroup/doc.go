@@ -12,6 +12,15 @@
 // /proc/self/cgroup. A non-empty parent argument is a cgroup path relative
 // to the hierarchy root, as printed in /proc/self/cgroup.
 //
+// Sweep relies on the creation time New stamps on each sandbox directory
+// (cgroupfs otherwise reports the time its inode was last loaded, which
+// only makes a directory look younger, never older).
+//
+// On v2, when the base is not the root and has processes of its own (the
+// caller's own cgroup, a container's namespace root), the kernel refuses to
+// enable controllers below it (EBUSY); New then fails and says so. The
+// caller must move its processes into a leaf first.
+//
 // What this package must never do:
 //
 //   - leave a half-created cgroup behind: when New fails, every directory it

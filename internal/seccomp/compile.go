@@ -294,8 +294,10 @@ func emitLeaf(l leaf) ([]SockFilter, error) {
 		return []SockFilter{stmt(opRetK, k)}, nil
 	}
 	var out []SockFilter
+	inA := int64(-1) // seccomp_data offset known to be in A, or -1
 	for _, c := range l.rule.Cases {
-		code, err := emitCase(c)
+		code, after, err := emitCase(c, inA)
+		inA = after
 		if err != nil {
 			return nil, fmt.Errorf("seccomp: rule for %q: %w", l.rule.Syscall, err)
 		}
@@ -310,14 +312,25 @@ func emitLeaf(l leaf) ([]SockFilter, error) {
 
 // emitCase emits the conditions of c followed by RET c.Action. A failing
 // condition jumps just past the RET, i.e. to the next case or the else.
-func emitCase(c Case) ([]SockFilter, error) {
+// inA is the seccomp_data offset already loaded in A on entry (-1 if
+// unknown); the returned offset is the one in A when the case fails.
+func emitCase(c Case, inA int64) ([]SockFilter, int64, error) {
 	const fail = 0xff // placeholder in the jt/jf that means "to the end"
 	var code []SockFilter
+	loads, masked := 0, false
 	word := func(off uint32, m, v uint32) {
 		if m == 0 {
 			return // nothing to compare in this half (validate made v 0)
 		}
-		code = append(code, stmt(opLdAbsW, off))
+		if inA != int64(off) {
+			code = append(code, stmt(opLdAbsW, off))
+			loads++
+		}
+		inA = int64(off)
+		if m != 0xffffffff && v != 0 {
+			masked = true // the AND below changes A
+			inA = -1
+		}
 		switch {
 		case v == 0 && m != 0xffffffff:
 			code = append(code, jump(opJsetK, m, fail, 0))
@@ -337,16 +350,22 @@ func emitCase(c Case) ([]SockFilter, error) {
 	}
 	k, err := c.Action.ret()
 	if err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	code = append(code, stmt(opRetK, k))
+	// Every failure leaves the last loaded word in A only if there was at
+	// most one load and nothing modified A.
+	after := inA
+	if loads > 1 || masked {
+		after = -1
+	}
 	for i := range code {
 		if code[i].Code&0x07 != classJmp || code[i].Code == opJa {
 			continue
 		}
 		dist := len(code) - (i + 1)
 		if dist > 254 {
-			return nil, fmt.Errorf("case too long (%d instructions)", len(code))
+			return nil, -1, fmt.Errorf("case too long (%d instructions)", len(code))
 		}
 		if code[i].Jt == fail {
 			code[i].Jt = uint8(dist)
@@ -355,5 +374,5 @@ func emitCase(c Case) ([]SockFilter, error) {
 			code[i].Jf = uint8(dist)
 		}
 	}
-	return code, nil
+	return code, after, nil
 }

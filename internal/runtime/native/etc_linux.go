@@ -2,9 +2,12 @@ package native
 
 import (
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 )
 
 // etcCopied are the host /etc entries a sandbox gets copies of: what the
@@ -26,6 +29,71 @@ var etcGenerated = map[string]string{
 	"hostname":    "sandbox\n",
 	"hosts":       "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
 	"resolv.conf": "# airlock: no DNS resolver is reachable from this sandbox\n",
+}
+
+// etcCache returns a directory holding the sandbox's /etc, built once for
+// each state of the host's /etc and shared, read-only, as the lower layer of
+// every sandbox's /etc overlay. Copying the entries for every sandbox cost
+// more than all the mounts together.
+func etcCache(stateRoot string) (string, error) {
+	dir := filepath.Join(stateRoot, "cache", "etc-"+etcKey())
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+		return "", err
+	}
+	tmp := dir + ".tmp-" + newID()
+	if err := makeEtc(tmp); err != nil {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("build /etc for sandboxes: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		if _, serr := os.Stat(dir); serr != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// etcKey identifies the state of the host /etc entries a sandbox copies:
+// the name, size and modification time of each entry and of every
+// directory below it (a file replaced by rename changes its directory).
+func etcKey() string {
+	h := fnv.New64a()
+	var walk func(p string, depth int)
+	walk = func(p string, depth int) {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(h, "%s %d %d %v\n", p, fi.Size(), fi.ModTime().UnixNano(), fi.Mode())
+		if !fi.IsDir() || depth > 4 {
+			return
+		}
+		entries, err := os.ReadDir(p)
+		if err != nil {
+			return
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				walk(filepath.Join(p, e.Name()), depth+1)
+			}
+		}
+	}
+	for _, name := range etcCopied {
+		walk(filepath.Join("/etc", name), 0)
+	}
+	names := make([]string, 0, len(etcGenerated))
+	for k := range etcGenerated {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		fmt.Fprintf(h, "%s=%s\n", k, etcGenerated[k])
+	}
+	return fmt.Sprintf("%016x", h.Sum64())
 }
 
 // makeEtc builds the sandbox's minimal /etc at dst from copies of selected

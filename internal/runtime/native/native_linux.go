@@ -232,6 +232,11 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	if !sb.tempWorkspace {
 		st.Protected = spec.Protected
 	}
+	if spec.Image == "" {
+		if st.Etc, err = etcCache(root); err != nil {
+			return nil, &LayerError{Layer: layerFilesystem, Err: err}
+		}
+	}
 	var fds []*os.File
 	defer func() {
 		for _, f := range fds {
@@ -240,7 +245,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	}()
 	if !sb.info.Rootless {
 		t0 = time.Now()
-		fds, st.IDMapped, err = idmappedMounts(cmd.Process.Pid, spec.Image, ws, idmapWorkspace)
+		fds, st.IDMapped, err = idmappedMounts(cmd.Process.Pid, spec.Image, st.Etc, ws, idmapWorkspace)
 		if err != nil {
 			return nil, &LayerError{Layer: layerFilesystem, Err: err, Fix: "idmapped mounts need Linux >= 5.19 and a filesystem that supports them"}
 		}
@@ -337,7 +342,7 @@ func fixFor(layer string) string {
 // directories (or the image) and, when asked, of the workspace, mapped
 // through the sandbox's user namespace so that files owned by host root
 // appear owned by root inside. Only a root supervisor can make them.
-func idmappedMounts(pid int, image, workspace string, withWorkspace bool) ([]*os.File, []string, error) {
+func idmappedMounts(pid int, image, etc, workspace string, withWorkspace bool) ([]*os.File, []string, error) {
 	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
 	if err != nil {
 		return nil, nil, err
@@ -373,6 +378,9 @@ func idmappedMounts(pid int, image, workspace string, withWorkspace bool) ([]*os
 			if err := add(d, d, true); err != nil {
 				return fail(err)
 			}
+		}
+		if err := add(etc, "etc", true); err != nil {
+			return fail(err)
 		}
 	}
 	if withWorkspace {

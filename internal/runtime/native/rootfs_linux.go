@@ -47,7 +47,7 @@ func buildRoot(s *setup, idmapped map[string]*os.File, step func(string)) ([]str
 		if err := overlay(lower, layers, "image", newRoot); err != nil {
 			return nil, fmt.Errorf("image %s: %w", s.Image, err)
 		}
-	} else if err := hostRoot(newRoot, layers, idmapped, step); err != nil {
+	} else if err := hostRoot(newRoot, layers, s.Etc, idmapped, step); err != nil {
 		return nil, err
 	}
 	step("mounts.root")
@@ -116,7 +116,7 @@ func buildRoot(s *setup, idmapped map[string]*os.File, step func(string)) ([]str
 
 // hostRoot lays the host's system directories into newRoot, each under its
 // own overlay so that writes land in the capped tmpfs and never on the host.
-func hostRoot(newRoot, layers string, idmapped map[string]*os.File, step func(string)) error {
+func hostRoot(newRoot, layers, etc string, idmapped map[string]*os.File, step func(string)) error {
 	for _, d := range hostSystemDirs {
 		fi, err := os.Lstat(d)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -148,10 +148,18 @@ func hostRoot(newRoot, layers string, idmapped map[string]*os.File, step func(st
 			}
 		}
 	}
-	step("mounts.overlays")
-	if err := makeEtc(filepath.Join(newRoot, "etc")); err != nil {
+	etcDir := filepath.Join(newRoot, "etc")
+	lower, err := lowerDir(etc, "etc", layers, idmapped)
+	if err != nil {
+		return err
+	}
+	if err := os.Mkdir(etcDir, 0o755); err != nil {
+		return err
+	}
+	if err := overlay(lower, layers, "etc", etcDir); err != nil {
 		return fmt.Errorf("/etc: %w", err)
 	}
+	step("mounts.overlays")
 	for _, d := range []struct {
 		path string
 		mode os.FileMode

@@ -6,8 +6,11 @@ import "github.com/airlock-dev/airlock/internal/runtime"
 // message. It is built by the supervisor from a runtime.Spec, so the init
 // needs no policy logic of its own.
 type setup struct {
-	StateDir  string `json:"state_dir"`
-	Image     string `json:"image,omitempty"`
+	StateDir string `json:"state_dir"`
+	Image    string `json:"image,omitempty"`
+	// Etc is the host directory with the sandbox's /etc (the etc cache),
+	// used when Image is empty.
+	Etc       string `json:"etc,omitempty"`
 	Workspace string `json:"workspace"`
 	// Protect the workspace paths listed (relative) by mounting them
 	// read-only, creating placeholders for paths that do not exist.

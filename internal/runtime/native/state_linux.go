@@ -64,6 +64,9 @@ func sweep(root string) {
 		return
 	}
 	for _, e := range entries {
+		if e.Name() == "cache" {
+			continue
+		}
 		dir := filepath.Join(root, e.Name())
 		b, err := os.ReadFile(filepath.Join(dir, "state.json"))
 		if err != nil {
