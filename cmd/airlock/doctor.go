@@ -1,7 +1,273 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/cgroup"
+	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/runtime/native"
+	"github.com/airlock-dev/airlock/internal/sandbox"
+)
+
+// check is one line of the doctor's report.
+type check struct {
+	Name     string `json:"name"`
+	OK       bool   `json:"ok"`
+	Required bool   `json:"required"` // needed for full isolation
+	Detail   string `json:"detail"`
+}
 
 func newDoctorCmd() *cobra.Command {
-	return &cobra.Command{Use: "doctor", Short: "Check which isolation layers this host can give"}
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Report the isolation layers this host can give and run a self-test sandbox",
+		Long: `Report each isolation layer on this host and run a self-test sandbox that tries
+to read a canary file outside it and to write outside its workspace (both must
+fail) next to controls that must succeed. Exits 1 when the host cannot give
+full isolation.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			checks := hostChecks()
+			checks = append(checks, selfTest()...)
+			full := true
+			for _, c := range checks {
+				if c.Required && !c.OK {
+					full = false
+				}
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				enc.Encode(struct {
+					FullIsolation bool    `json:"full_isolation"`
+					Checks        []check `json:"checks"`
+				}{full, checks})
+			} else {
+				printChecks(out, checks, full)
+			}
+			if !full {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return cmd
+}
+
+func printChecks(w io.Writer, checks []check, full bool) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	for _, c := range checks {
+		status := "ok"
+		switch {
+		case !c.OK && c.Required:
+			status = "FAIL"
+		case !c.OK:
+			status = "absent"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, status, c.Detail)
+	}
+	tw.Flush()
+	if full {
+		fmt.Fprintln(w, "\nfull isolation: yes")
+	} else {
+		fmt.Fprintln(w, "\nfull isolation: NO (see the FAIL lines)")
+	}
+}
+
+func hostChecks() []check {
+	var cs []check
+
+	userns := check{Name: "user namespaces", Required: true}
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err != nil {
+		userns.Detail = "cannot read /proc/sys/user/max_user_namespaces: " + err.Error()
+	} else if n := strings.TrimSpace(string(b)); n == "0" {
+		userns.Detail = "disabled (user.max_user_namespaces = 0)"
+	} else {
+		userns.OK, userns.Detail = true, "max_user_namespaces = "+n
+		if b, err := os.ReadFile("/proc/sys/kernel/unprivileged_userns_clone"); err == nil && strings.TrimSpace(string(b)) == "0" {
+			userns.Detail += "; unprivileged use disabled (kernel.unprivileged_userns_clone = 0): only root can run airlock"
+		}
+	}
+	cs = append(cs, userns)
+
+	sc := check{Name: "seccomp", Required: true}
+	if b, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail"); err == nil {
+		sc.OK, sc.Detail = true, "filter mode; actions: "+strings.TrimSpace(string(b))
+	} else {
+		sc.Detail = "kernel without CONFIG_SECCOMP_FILTER"
+	}
+	cs = append(cs, sc)
+
+	ll := check{Name: "landlock", Required: true}
+	if abi, err := native.LandlockABI(); err == nil {
+		ll.OK, ll.Detail = true, fmt.Sprintf("ABI %d", abi)
+		if abi < 6 {
+			ll.Detail += " (no signal/abstract-socket scoping before ABI 6)"
+		}
+	} else {
+		ll.Detail = err.Error()
+	}
+	cs = append(cs, ll)
+
+	info := cgroup.Detect()
+	cg := check{Name: "cgroups", Required: true}
+	if info.Reason == "" {
+		cg.OK = true
+		cg.Detail = fmt.Sprintf("%s, controllers %s", info.Version, strings.Join(info.Controllers, ","))
+	} else {
+		cg.Detail = fmt.Sprintf("%s: %s", info.Version, info.Reason)
+	}
+	cs = append(cs, cg)
+
+	ov := check{Name: "overlayfs", Required: true}
+	if b, err := os.ReadFile("/proc/filesystems"); err == nil && bytes.Contains(b, []byte("\toverlay\n")) {
+		ov.OK, ov.Detail = true, "available"
+	} else {
+		ov.Detail = "overlay not in /proc/filesystems (modprobe overlay)"
+	}
+	cs = append(cs, ov)
+
+	if os.Geteuid() == 0 {
+		im := check{Name: "idmapped mounts", Required: true}
+		var u unix.Utsname
+		unix.Uname(&u)
+		rel := unix.ByteSliceToString(u.Release[:])
+		var major, minor int
+		fmt.Sscanf(rel, "%d.%d", &major, &minor)
+		if major > 5 || (major == 5 && minor >= 19) {
+			im.OK, im.Detail = true, "kernel "+rel
+		} else {
+			im.Detail = "kernel " + rel + " < 5.19: root mode needs idmapped overlay layers"
+		}
+		cs = append(cs, im)
+	}
+
+	kvm := check{Name: "kvm", Detail: "/dev/kvm absent (microVM backends unavailable)"}
+	if fd, err := unix.Open("/dev/kvm", unix.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
+		const kvmGetAPIVersion = 0xAE00
+		v, err := unix.IoctlRetInt(fd, kvmGetAPIVersion)
+		unix.Close(fd)
+		if err == nil {
+			kvm.OK, kvm.Detail = true, fmt.Sprintf("/dev/kvm usable, API version %d", v)
+		} else {
+			kvm.Detail = "/dev/kvm present but KVM_GET_API_VERSION failed: " + err.Error()
+		}
+	} else if !os.IsNotExist(err) {
+		kvm.Detail = "/dev/kvm present but not usable: " + err.Error()
+	}
+	cs = append(cs, kvm)
+
+	gv := check{Name: "gvisor (runsc)", Detail: "runsc not in PATH (gVisor backend unavailable)"}
+	if p, err := exec.LookPath("runsc"); err == nil {
+		gv.OK, gv.Detail = true, p
+	}
+	cs = append(cs, gv)
+	return cs
+}
+
+// selfTest runs a real sandbox that tries to read a canary outside it and
+// to write outside its workspace, next to controls that must succeed. The
+// oracles are on the host: the canary's secret in the output, and files
+// appearing on the host.
+func selfTest() []check {
+	fail := func(name, msg string) []check {
+		return []check{{Name: name, Required: true, Detail: msg}}
+	}
+	dir, err := os.MkdirTemp("", "airlock-doctor-")
+	if err != nil {
+		return fail("self-test", err.Error())
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	ws := filepath.Join(dir, "ws")
+	canary := filepath.Join(dir, "canary")
+	secret := fmt.Sprintf("airlock-canary-%d", time.Now().UnixNano())
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		return fail("self-test", err.Error())
+	}
+	os.WriteFile(canary, []byte(secret), 0o644)
+	os.WriteFile(filepath.Join(ws, "control"), []byte(secret), 0o644)
+	outside := "/usr/airlock-doctor-" + filepath.Base(dir)
+
+	p := &policy.Policy{Workspace: ws}
+	spec, err := sandbox.Spec(p, sandbox.Opts{})
+	if err != nil {
+		return fail("self-test", err.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sb, err := (&native.Runtime{}).Create(ctx, spec)
+	if err != nil {
+		return fail("self-test sandbox", "cannot create a sandbox: "+err.Error())
+	}
+	defer sb.Destroy(ctx)
+	env, _ := sandbox.Env(p, nil, false, func(string) (string, bool) { return "", false })
+	run := func(script string) (string, int) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return err.Error(), -1
+		}
+		null, _ := os.Open(os.DevNull)
+		defer null.Close()
+		proc, err := sb.Exec(ctx, &runtime.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, Env: env, Dir: "/workspace", Stdin: null, Stdout: w, Stderr: w})
+		w.Close()
+		if err != nil {
+			r.Close()
+			return err.Error(), -1
+		}
+		out, _ := io.ReadAll(io.LimitReader(r, 1<<16))
+		r.Close()
+		st, err := proc.Wait(ctx)
+		if err != nil {
+			return err.Error(), -1
+		}
+		return string(out), st.ShellCode()
+	}
+
+	var cs []check
+	out, _ := run("cat " + canary + " 2>&1")
+	c := check{Name: "self-test: read canary outside", Required: true}
+	c.OK = !strings.Contains(out, secret)
+	c.Detail = map[bool]string{true: "denied (" + strings.TrimSpace(out) + ")", false: "LEAKED: the sandbox read " + canary}[c.OK]
+	cs = append(cs, c)
+
+	out, code := run("cat /workspace/control")
+	c = check{Name: "self-test: read workspace (control)", Required: true, OK: code == 0 && strings.Contains(out, secret)}
+	c.Detail = map[bool]string{true: "allowed", false: fmt.Sprintf("failed (exit %d: %s)", code, strings.TrimSpace(out))}[c.OK]
+	cs = append(cs, c)
+
+	out, code = run("touch /airlock-doctor 2>&1; echo x > " + outside + " 2>&1; true")
+	_, statErr := os.Stat(outside)
+	c = check{Name: "self-test: write outside workspace", Required: true, OK: os.IsNotExist(statErr) && strings.Contains(out, "touch:")}
+	if c.OK {
+		c.Detail = "host unchanged; root directory not writable"
+	} else {
+		c.Detail = fmt.Sprintf("host %s exists=%v, sandbox said %q", outside, statErr == nil, strings.TrimSpace(out))
+		os.Remove(outside)
+	}
+	cs = append(cs, c)
+
+	out, code = run("echo ok > /workspace/written")
+	b, _ := os.ReadFile(filepath.Join(ws, "written"))
+	c = check{Name: "self-test: write workspace (control)", Required: true, OK: code == 0 && string(b) == "ok\n"}
+	c.Detail = map[bool]string{true: "allowed, visible on the host", false: fmt.Sprintf("failed (exit %d: %s)", code, strings.TrimSpace(out))}[c.OK]
+	cs = append(cs, c)
+	return cs
 }

@@ -293,7 +293,11 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 	for {
 		select {
 		case st := <-waitc:
+			t1 := time.Now()
 			sb.Destroy(ctx)
+			if f.verbose {
+				fmt.Fprintf(stderr, "airlock: destroyed in %.2fms\n", float64(time.Since(t1))/1e6)
+			}
 			waitCopies(&copies)
 			return exitCode(st)
 		case <-timeout:

@@ -3,6 +3,7 @@ package seccomp
 import (
 	"encoding/binary"
 	"fmt"
+	"sort"
 	"testing"
 
 	"golang.org/x/net/bpf"
@@ -244,4 +245,14 @@ func archs(t testing.TB) map[string]*archInfo {
 		m[g] = a
 	}
 	return m
+}
+
+// sortedNames returns the keys of a table in syscall-number order.
+func (a *archInfo) sortedNames() []string {
+	names := make([]string, 0, len(a.table))
+	for n := range a.table {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return a.table[names[i]] < a.table[names[j]] })
+	return names
 }

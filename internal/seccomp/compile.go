@@ -3,6 +3,7 @@ package seccomp
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 )
 
@@ -317,28 +318,25 @@ func emitLeaf(l leaf) ([]SockFilter, error) {
 func emitCase(c Case, inA int64) ([]SockFilter, int64, error) {
 	const fail = 0xff // placeholder in the jt/jf that means "to the end"
 	var code []SockFilter
-	loads, masked := 0, false
+	var failA []int64 // what A holds at each failing jump
 	word := func(off uint32, m, v uint32) {
 		if m == 0 {
 			return // nothing to compare in this half (validate made v 0)
 		}
 		if inA != int64(off) {
 			code = append(code, stmt(opLdAbsW, off))
-			loads++
-		}
-		inA = int64(off)
-		if m != 0xffffffff && v != 0 {
-			masked = true // the AND below changes A
-			inA = -1
+			inA = int64(off)
 		}
 		switch {
 		case v == 0 && m != 0xffffffff:
 			code = append(code, jump(opJsetK, m, fail, 0))
 		case m != 0xffffffff:
 			code = append(code, stmt(opAndK, m), jump(opJeqK, v, 0, fail))
+			inA = -1
 		default:
 			code = append(code, jump(opJeqK, v, 0, fail))
 		}
+		failA = append(failA, inA)
 	}
 	for _, cond := range c.When {
 		m, v := cond.mask(), cond.Value
@@ -353,11 +351,9 @@ func emitCase(c Case, inA int64) ([]SockFilter, int64, error) {
 		return nil, -1, err
 	}
 	code = append(code, stmt(opRetK, k))
-	// Every failure leaves the last loaded word in A only if there was at
-	// most one load and nothing modified A.
-	after := inA
-	if loads > 1 || masked {
-		after = -1
+	after := int64(-1)
+	if len(failA) > 0 && !slices.ContainsFunc(failA, func(w int64) bool { return w != failA[0] }) {
+		after = failA[0]
 	}
 	for i := range code {
 		if code[i].Code&0x07 != classJmp || code[i].Code == opJa {

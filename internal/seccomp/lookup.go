@@ -33,7 +33,6 @@ package seccomp
 import (
 	"fmt"
 	"runtime"
-	"sort"
 	"sync"
 )
 
@@ -115,14 +114,4 @@ func Lookup(name string) (nr int, ok bool) {
 	}
 	nr, ok = a.table[name]
 	return nr, ok
-}
-
-// sortedNames returns the keys of a table in syscall-number order.
-func (a *archInfo) sortedNames() []string {
-	names := make([]string, 0, len(a.table))
-	for n := range a.table {
-		names = append(names, n)
-	}
-	sort.Slice(names, func(i, j int) bool { return a.table[names[i]] < a.table[names[j]] })
-	return names
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/airlock-dev/airlock/internal/cgroup"
 )
 
 // stateFile records, in a sandbox's state directory, what a later airlock
@@ -59,6 +61,9 @@ func sweep(root string) {
 		return
 	}
 	defer sweepMu.Unlock()
+	if os.Geteuid() == 0 {
+		cgroup.Sweep("")
+	}
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return
