@@ -47,7 +47,7 @@ func Spec(p *policy.Policy, o Opts) (*runtime.Spec, error) {
 		}
 		prog, err := prof.Compile()
 		if err != nil {
-			return nil, fmt.Errorf("seccomp: %w", err)
+			return nil, err
 		}
 		for _, in := range prog {
 			s.Seccomp = append(s.Seccomp, runtime.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K})
