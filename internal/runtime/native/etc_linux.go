@@ -58,8 +58,11 @@ func etcCache(stateRoot string) (string, error) {
 }
 
 // etcKey identifies the state of the host /etc entries a sandbox copies:
-// the name, size and modification time of each entry and of every
-// directory below it (a file replaced by rename changes its directory).
+// the name, size and modification time of each entry and of the
+// directories directly below it (a file replaced by rename, as package
+// managers and update-ca-certificates do, changes its directory's time).
+// Deeper in-place edits are not seen until one of those changes; `airlock
+// doctor` and a reboot (the cache lives on /run) rebuild it anyway.
 func etcKey() string {
 	h := fnv.New64a()
 	var walk func(p string, depth int)
@@ -69,7 +72,7 @@ func etcKey() string {
 			return
 		}
 		fmt.Fprintf(h, "%s %d %d %v\n", p, fi.Size(), fi.ModTime().UnixNano(), fi.Mode())
-		if !fi.IsDir() || depth > 4 {
+		if !fi.IsDir() || depth >= 1 {
 			return
 		}
 		entries, err := os.ReadDir(p)

@@ -95,7 +95,8 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 
 	id := newID()
 	root := r.stateRoot()
-	sweep(root)
+	// Clearing what dead supervisors left is not on this sandbox's path.
+	go sweep(root)
 	if err := os.MkdirAll(root, 0o711); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
@@ -149,13 +150,17 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	}
 	sb.info.HostUID = uid
 
-	t0 := time.Now()
-	if !spec.Insecure.NoCgroups {
-		cg, err := cgroup.New(spec.CgroupParent, "airlock/"+id, cgroup.Limits{
+	// On cgroup v2 the init is cloned straight into its cgroup, which must
+	// therefore exist first. On v1 the cgroup is made while the init
+	// starts (it runs nothing of the sandbox's until it has the setup, and
+	// it gets that only after it joined the cgroup).
+	newCgroup := func() error {
+		t0 := time.Now()
+		cg, err := cgroup.New(spec.CgroupParent, cgroup.Prefix+"/"+id, cgroup.Limits{
 			Memory: spec.Limits.Memory, Swap: spec.Limits.Swap, Pids: spec.Limits.Pids, CPU: spec.Limits.CPU,
 		})
 		if err != nil {
-			return nil, &LayerError{Layer: layerCgroups, Err: err, Fix: "run as root, delegate a cgroup to this user (--cgroup-parent), or pass --insecure-no-cgroups to run without resource limits"}
+			return &LayerError{Layer: layerCgroups, Err: err, Fix: "run as root, delegate a cgroup to this user (--cgroup-parent), or pass --insecure-no-cgroups to run without resource limits"}
 		}
 		sb.cg = cg
 		sb.info.CgroupPaths = cg.Paths()
@@ -164,8 +169,15 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 			defer cancel()
 			cg.Destroy(ctx)
 		})
+		steps["cgroups"] = time.Since(t0)
+		return nil
 	}
-	steps["cgroups"] = time.Since(t0)
+	cgv2 := isCgroup2()
+	if !spec.Insecure.NoCgroups && cgv2 {
+		if err := newCgroup(); err != nil {
+			return nil, err
+		}
+	}
 
 	parentEnd, childEnd, err := agent.SocketPair()
 	if err != nil {
@@ -199,7 +211,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 			cmd.SysProcAttr.CgroupFD = fd
 		}
 	}
-	t0 = time.Now()
+	t0 := time.Now()
 	err = cmd.Start()
 	childEnd.Close()
 	if err != nil {
@@ -212,14 +224,15 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	go func() { cmd.Wait(); close(sb.exited) }()
 	cu.add(func() { sb.killInit(); <-sb.exited })
 
-	if sb.cg != nil {
-		if _, ok := sb.cg.FD(); !ok {
-			t0 = time.Now()
-			if err := sb.cg.Add(cmd.Process.Pid); err != nil {
-				return nil, &LayerError{Layer: layerCgroups, Err: err, Fix: "check cgroup permissions, or pass --insecure-no-cgroups"}
-			}
-			steps["cgroups"] += time.Since(t0)
+	if !spec.Insecure.NoCgroups && !cgv2 {
+		if err := newCgroup(); err != nil {
+			return nil, err
 		}
+		t0 = time.Now()
+		if err := sb.cg.Add(cmd.Process.Pid); err != nil {
+			return nil, &LayerError{Layer: layerCgroups, Err: err, Fix: "check cgroup permissions, or pass --insecure-no-cgroups"}
+		}
+		steps["cgroups"] += time.Since(t0)
 	}
 
 	st := &setup{
@@ -405,6 +418,13 @@ func idmap(path string, usernsFD int, readOnly bool) (*os.File, error) {
 		return nil, fmt.Errorf("idmap %s: %w", path, err)
 	}
 	return os.NewFile(uintptr(fd), path), nil
+}
+
+// isCgroup2 reports a pure cgroup v2 host (cgroup2 mounted at
+// /sys/fs/cgroup), where the init can be cloned into its cgroup.
+func isCgroup2() bool {
+	var st unix.Statfs_t
+	return unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }
 
 func orDefault(v, d int64) int64 {
