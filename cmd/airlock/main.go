@@ -32,6 +32,10 @@ func main() {
 		native.InitMain()
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == native.ReapArg {
+		native.ReapMain()
+		return
+	}
 	root := &cobra.Command{
 		Use:           "airlock",
 		Short:         "Run untrusted code in a sandbox",

@@ -201,7 +201,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 	defer signal.Stop(sigc)
 
 	ctx := context.Background()
-	rt := &native.Runtime{}
+	rt := &native.Runtime{Reaper: true}
 	t0 := time.Now()
 	sb, err := rt.Create(ctx, spec)
 	if err != nil {

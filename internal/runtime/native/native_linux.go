@@ -55,6 +55,11 @@ type Runtime struct {
 	// StateRoot holds one directory per sandbox. Empty: /run/airlock as
 	// root, else $XDG_RUNTIME_DIR/airlock or /tmp/airlock-<uid>.
 	StateRoot string
+	// Reaper starts, for each sandbox, a small process that cleans up the
+	// sandbox's host state if this process is killed (SIGKILL) before it
+	// could destroy the sandbox. For one-shot supervisors like `airlock
+	// run`; a daemon re-adopts its sandboxes instead.
+	Reaper bool
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -134,7 +139,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, fmt.Errorf("workspace %s: not a directory", ws)
 	}
 	sb.workspace = ws
-	if err := writeState(stateDir, ws, nil); err != nil {
+	if err := writeState(stateDir, ws, nil, nil); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
 
@@ -187,6 +192,22 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	exe := r.Exe
 	if exe == "" {
 		exe = "/proc/self/exe"
+	}
+	// The reaper starts alongside the init, off the critical path.
+	reaperc := make(chan error, 1)
+	if r.Reaper {
+		go func() {
+			w, err := startReaper(exe, stateDir)
+			sb.reaper = w
+			reaperc <- err
+		}()
+		cu.add(func() {
+			// Create failed: wait for the reaper to be started, then
+			// let it go (it finds the state gone, or finishes the job).
+			if err := <-reaperc; err == nil {
+				sb.reaper.Close()
+			}
+		})
 	}
 	cmd := &exec.Cmd{
 		Path:       exe,
@@ -289,8 +310,13 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	}
 	sb.info.LandlockABI = ready.LandlockABI
 	sb.placeholders = ready.Placeholders
-	if len(sb.placeholders) > 0 {
-		if err := writeState(stateDir, ws, sb.placeholders); err != nil {
+	if len(sb.placeholders) > 0 || sb.cg != nil {
+		if err := writeState(stateDir, ws, sb.placeholders, sb.info.CgroupPaths); err != nil {
+			return nil, err
+		}
+	}
+	if r.Reaper {
+		if err := <-reaperc; err != nil {
 			return nil, err
 		}
 	}

@@ -13,10 +13,14 @@ import (
 // sandbox's init.
 const InitArg = "__sandbox-init"
 
+// ReapArg is the hidden subcommand of the reaper.
+const ReapArg = "__sandbox-reap"
+
 // Runtime is the native runtime; it needs Linux.
 type Runtime struct {
 	Exe       string
 	StateRoot string
+	Reaper    bool
 }
 
 // ErrUnsupported is returned on operating systems other than Linux.
@@ -29,3 +33,9 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (runtime.Sandb
 
 // InitMain is never reached on other systems.
 func InitMain() { panic(ErrUnsupported) }
+
+// ReapMain is never reached on other systems.
+func ReapMain() { panic(ErrUnsupported) }
+
+// LandlockABI reports that Landlock is Linux only.
+func LandlockABI() (int, error) { return 0, ErrUnsupported }

@@ -31,6 +31,7 @@ type sandbox struct {
 	cmd           *exec.Cmd
 	exited        chan struct{} // closed when the init has exited
 	conn          *agent.Conn
+	reaper        *os.File // write end of the reaper's pipe, or nil
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -185,6 +186,9 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 		removePlaceholders(sb.workspace, sb.placeholders)
 		if err := os.RemoveAll(sb.stateDir); err != nil {
 			errs = append(errs, err)
+		}
+		if sb.reaper != nil {
+			sb.reaper.Close()
 		}
 	})
 	return errors.Join(errs...)

@@ -2,10 +2,12 @@ package native
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/airlock-dev/airlock/internal/cgroup"
@@ -19,10 +21,11 @@ type stateFile struct {
 	OwnerStart   string   `json:"owner_start"`
 	Workspace    string   `json:"workspace"`
 	Placeholders []string `json:"placeholders,omitempty"`
+	Cgroups      []string `json:"cgroups,omitempty"`
 }
 
-func writeState(dir, ws string, placeholders []string) error {
-	st := stateFile{Owner: os.Getpid(), OwnerStart: procStart(os.Getpid()), Workspace: ws, Placeholders: placeholders}
+func writeState(dir, ws string, placeholders, cgroups []string) error {
+	st := stateFile{Owner: os.Getpid(), OwnerStart: procStart(os.Getpid()), Workspace: ws, Placeholders: placeholders, Cgroups: cgroups}
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err
@@ -88,7 +91,84 @@ func sweep(root string) {
 		if st.Owner > 0 && procStart(st.Owner) == st.OwnerStart {
 			continue // owner alive
 		}
-		removePlaceholders(st.Workspace, st.Placeholders)
-		os.RemoveAll(dir)
+		cleanupState(dir, &st)
 	}
+}
+
+// cleanupState removes what a sandbox whose supervisor died left on the
+// host: its placeholders in the workspace, its cgroup directories (its
+// processes died with its init) and its state directory.
+func cleanupState(dir string, st *stateFile) {
+	removePlaceholders(st.Workspace, st.Placeholders)
+	for _, cg := range st.Cgroups {
+		if !strings.HasPrefix(cg, "/sys/fs/cgroup/") || strings.Contains(cg, "..") {
+			continue
+		}
+		// The cgroup empties as the kernel finishes tearing down the
+		// sandbox's processes; retry briefly while it is busy.
+		for i := 0; i < 50; i++ {
+			if err := os.Remove(cg); err == nil || os.IsNotExist(err) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	os.RemoveAll(dir)
+}
+
+// ReapArg is the hidden subcommand of the reaper: a small process that
+// outlives a supervisor killed with SIGKILL and cleans up after it.
+const ReapArg = "__sandbox-reap"
+
+// ReapMain waits until the supervisor that started it is gone (the pipe on
+// fd 3 reaches EOF), then cleans up the sandbox state directory named in
+// its arguments if the supervisor could not. It never returns.
+func ReapMain() {
+	if len(os.Args) < 3 {
+		os.Exit(2)
+	}
+	dir := os.Args[2]
+	f := os.NewFile(3, "supervisor")
+	buf := make([]byte, 1)
+	for {
+		if _, err := f.Read(buf); err != nil {
+			break
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		os.Exit(0) // destroyed normally
+	}
+	var st stateFile
+	if json.Unmarshal(b, &st) == nil {
+		cleanupState(dir, &st)
+	}
+	os.Exit(0)
+}
+
+// startReaper starts the reaper for dir and returns the pipe end whose
+// closing (by Destroy, or by the kernel when the supervisor dies) wakes it.
+func startReaper(exe, dir string) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	defer null.Close()
+	p, err := os.StartProcess(exe, []string{"airlock", ReapArg, dir}, &os.ProcAttr{
+		Env:   []string{},
+		Files: []*os.File{null, null, null, r},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("start reaper: %w", err)
+	}
+	go p.Wait()
+	return w, nil
 }

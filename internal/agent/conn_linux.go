@@ -1,0 +1,117 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Conn is one end of the control channel: a SOCK_SEQPACKET unix socket.
+type Conn struct {
+	f   *os.File
+	buf []byte
+	oob []byte
+}
+
+// NewConn wraps a connected SOCK_SEQPACKET socket.
+func NewConn(f *os.File) *Conn {
+	return &Conn{f: f, buf: make([]byte, MaxMessage), oob: make([]byte, unix.CmsgSpace(16*4))}
+}
+
+// File returns the underlying socket.
+func (c *Conn) File() *os.File { return c.f }
+
+// Close closes the channel.
+func (c *Conn) Close() error { return c.f.Close() }
+
+// Send writes one message with optional file descriptors.
+func (c *Conn) Send(m *Message, fds ...int) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxMessage {
+		return fmt.Errorf("control message of %d bytes exceeds %d", len(b), MaxMessage)
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	rc, err := c.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	werr := rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), b, oob, nil, 0)
+		return serr != unix.EAGAIN
+	})
+	if werr != nil {
+		return werr
+	}
+	return serr
+}
+
+// Recv reads one message and the file descriptors that came with it. The
+// caller owns the returned files.
+func (c *Conn) Recv() (*Message, []*os.File, error) {
+	rc, err := c.f.SyscallConn()
+	if err != nil {
+		return nil, nil, err
+	}
+	var n, oobn int
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), c.buf, c.oob, unix.MSG_CMSG_CLOEXEC)
+		return rerr != unix.EAGAIN
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if rerr != nil {
+		return nil, nil, rerr
+	}
+	var files []*os.File
+	if oobn > 0 {
+		scms, err := unix.ParseSocketControlMessage(c.oob[:oobn])
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, scm := range scms {
+			fds, err := unix.ParseUnixRights(&scm)
+			if err != nil {
+				continue
+			}
+			for _, fd := range fds {
+				files = append(files, os.NewFile(uintptr(fd), "fd"))
+			}
+		}
+	}
+	if n == 0 {
+		closeAll(files)
+		return nil, nil, ErrClosed
+	}
+	var m Message
+	if err := json.Unmarshal(c.buf[:n], &m); err != nil {
+		closeAll(files)
+		return nil, nil, fmt.Errorf("bad control message: %w", err)
+	}
+	return &m, files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+// SocketPair returns a connected SOCK_SEQPACKET pair, both ends close-on-exec.
+func SocketPair() (a, b *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "control"), os.NewFile(uintptr(fds[1]), "control"), nil
+}
