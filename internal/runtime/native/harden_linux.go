@@ -127,7 +127,7 @@ func LandlockABI() (int, error) {
 	return abi, nil
 }
 
-// landlockWritable are the directories of the sandbox's root below which
+// landlockWritable (and the targets of writable binds) are the directories of the sandbox's root below which
 // Landlock permits writes. Everything else (/proc, /dev apart from its
 // device files, pseudo-terminals and shared memory, and the root directory
 // itself) is read-only for every process of the sandbox.
@@ -136,13 +136,13 @@ var landlockWritable = []string{"/workspace", "/tmp", "/dev/shm", "/dev/pts", "/
 // applyLandlock restricts every thread to the best Landlock ABI the kernel
 // has: read and execute everywhere, write only below the writable paths,
 // and (ABI >= 6) abstract unix sockets and signals scoped to the sandbox.
-func applyLandlock() (int, error) {
+func applyLandlock(extraRW []string) (int, error) {
 	abi, err := LandlockABI()
 	if err != nil {
 		return 0, fmt.Errorf("%w; to run without it pass --insecure-no-landlock", err)
 	}
 	var rw []string
-	for _, p := range landlockWritable {
+	for _, p := range append(landlockWritable, extraRW...) {
 		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
 			rw = append(rw, p)
 		}

@@ -126,7 +126,13 @@ func initSandbox(conn *agent.Conn) (*agent.Ready, error) {
 
 	if !s.NoLandlock {
 		t0 = time.Now()
-		abi, err := applyLandlock()
+		var rw []string
+		for _, m := range s.Mounts {
+			if m.Writable && m.Dir {
+				rw = append(rw, m.Target)
+			}
+		}
+		abi, err := applyLandlock(rw)
 		if err != nil {
 			return nil, inLayer(layerLandlock, err)
 		}

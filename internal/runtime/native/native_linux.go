@@ -257,14 +257,16 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	}
 
 	st := &setup{
-		StateDir: stateDir, Image: spec.Image, Workspace: ws, ReadOnly: spec.ReadOnly, Writable: spec.Writable,
-		Binds: spec.Binds, Deny: spec.Deny, Hostname: "sandbox",
+		StateDir: stateDir, Image: spec.Image, Workspace: ws, Deny: spec.Deny, Hostname: "sandbox",
 		Disk: orDefault(spec.Limits.Disk, defaultDisk), Tmp: orDefault(spec.Limits.Tmp, defaultTmp), Shm: orDefault(spec.Limits.Shm, defaultShm),
 		NoFile: spec.Limits.NoFile, FileSize: spec.Limits.FileSize,
 		Seccomp: spec.Seccomp, NoSeccomp: spec.Insecure.NoSeccomp, NoLandlock: spec.Insecure.NoLandlock,
 	}
 	if !sb.tempWorkspace {
 		st.Protected = spec.Protected
+	}
+	if st.Mounts, err = bindMounts(spec); err != nil {
+		return nil, &LayerError{Layer: layerFilesystem, Err: err, Fix: "check the bind sources"}
 	}
 	if spec.Image == "" {
 		if st.Etc, err = etcCache(root); err != nil {
@@ -279,7 +281,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	}()
 	if !sb.info.Rootless {
 		t0 = time.Now()
-		fds, st.IDMapped, err = idmappedMounts(cmd.Process.Pid, spec.Image, st.Etc, ws, idmapWorkspace)
+		fds, st.IDMapped, err = idmappedMounts(cmd.Process.Pid, spec.Image, st.Etc, ws, idmapWorkspace, st.Mounts)
 		if err != nil {
 			return nil, &LayerError{Layer: layerFilesystem, Err: err, Fix: "idmapped mounts need Linux >= 5.19 and a filesystem that supports them"}
 		}
@@ -381,7 +383,7 @@ func fixFor(layer string) string {
 // directories (or the image) and, when asked, of the workspace, mapped
 // through the sandbox's user namespace so that files owned by host root
 // appear owned by root inside. Only a root supervisor can make them.
-func idmappedMounts(pid int, image, etc, workspace string, withWorkspace bool) ([]*os.File, []string, error) {
+func idmappedMounts(pid int, image, etc, workspace string, withWorkspace bool, binds []bindMount) ([]*os.File, []string, error) {
 	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
 	if err != nil {
 		return nil, nil, err
@@ -390,7 +392,7 @@ func idmappedMounts(pid int, image, etc, workspace string, withWorkspace bool) (
 	var files []*os.File
 	var names []string
 	add := func(path, name string, readOnly bool) error {
-		f, err := idmap(path, int(ns.Fd()), readOnly)
+		f, err := detachedMount(path, int(ns.Fd()), readOnly)
 		if err != nil {
 			return err
 		}
@@ -427,15 +429,71 @@ func idmappedMounts(pid int, image, etc, workspace string, withWorkspace bool) (
 			return fail(err)
 		}
 	}
+	for i, b := range binds {
+		// Files owned by host root appear owned by root inside; a source
+		// owned by anyone else is passed as it is (root inside may be
+		// that user, see Create).
+		var st unix.Stat_t
+		if err := unix.Stat(b.Source, &st); err != nil {
+			return fail(fmt.Errorf("bind source %s: %w", b.Source, err))
+		}
+		nsFD := int(ns.Fd())
+		if st.Uid != 0 {
+			nsFD = -1
+		}
+		f, err := detachedMount(b.Source, nsFD, !b.Writable)
+		if err != nil {
+			return fail(err)
+		}
+		files = append(files, f)
+		names = append(names, fmt.Sprintf("bind:%d", i))
+	}
 	return files, names, nil
 }
 
-func idmap(path string, usernsFD int, readOnly bool) (*os.File, error) {
+// bindMounts lists the extra bind mounts of spec in the order the policy
+// gives them, with the kind of each source.
+func bindMounts(spec *runtime.Spec) ([]bindMount, error) {
+	var out []bindMount
+	add := func(src, dst string, rw bool) error {
+		fi, err := os.Stat(src)
+		if err != nil {
+			return fmt.Errorf("bind source: %w", err)
+		}
+		out = append(out, bindMount{Source: src, Target: dst, Writable: rw, Dir: fi.IsDir()})
+		return nil
+	}
+	for _, p := range spec.ReadOnly {
+		if err := add(p, p, false); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range spec.Writable {
+		if err := add(p, p, true); err != nil {
+			return nil, err
+		}
+	}
+	for _, b := range spec.Binds {
+		if err := add(b.Source, b.Target, b.Writable); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// detachedMount makes a detached copy of the mount tree at path
+// (open_tree), idmapped through the user namespace usernsFD unless it is
+// negative, and read-only if asked.
+func detachedMount(path string, usernsFD int, readOnly bool) (*os.File, error) {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 	if err != nil {
 		return nil, fmt.Errorf("open_tree %s: %w", path, err)
 	}
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(usernsFD)}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if usernsFD >= 0 {
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(usernsFD)
+	}
 	if readOnly {
 		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 	}

@@ -78,22 +78,11 @@ func buildRoot(s *setup, idmapped map[string]*os.File, step func(string)) ([]str
 	if err := mount("tmpfs", filepath.Join(newRoot, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=1777", s.Tmp)); err != nil {
 		return placeholders, err
 	}
-	for _, p := range s.ReadOnly {
-		if err := bindInto(newRoot, p, p, false); err != nil {
+	for i, m := range s.Mounts {
+		if err := bindInto(newRoot, m, idmapped[fmt.Sprintf("bind:%d", i)]); err != nil {
 			return placeholders, err
 		}
 	}
-	for _, p := range s.Writable {
-		if err := bindInto(newRoot, p, p, true); err != nil {
-			return placeholders, err
-		}
-	}
-	for _, b := range s.Binds {
-		if err := bindInto(newRoot, b.Source, b.Target, b.Writable); err != nil {
-			return placeholders, err
-		}
-	}
-
 	step("mounts.binds")
 	if err := mountDev(filepath.Join(newRoot, "dev"), s.Shm); err != nil {
 		return placeholders, err
@@ -273,34 +262,35 @@ func resolveIn(root, target string) (string, error) {
 	return clean, nil
 }
 
-// bindInto bind-mounts the host path src at target inside newRoot.
-func bindInto(newRoot, src, target string, writable bool) error {
-	fi, err := os.Stat(src)
-	if err != nil {
-		return fmt.Errorf("bind source: %w", err)
-	}
-	dst, err := resolveIn(newRoot, target)
+// bindInto mounts an extra bind at its target inside newRoot: the detached
+// mount the supervisor made (f), or else the host path.
+func bindInto(newRoot string, m bindMount, f *os.File) error {
+	dst, err := resolveIn(newRoot, m.Target)
 	if err != nil {
 		return fmt.Errorf("bind target: %w", err)
 	}
-	if fi.IsDir() {
+	if m.Dir {
 		err = os.MkdirAll(dst, 0o755)
 	} else if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
 		err = touch(dst)
 	}
 	if err != nil {
-		return fmt.Errorf("bind target %s: %w", target, err)
+		return fmt.Errorf("bind target %s: %w", m.Target, err)
 	}
 	// Re-check after creating the mount point: nothing may have swapped a
 	// symlink in (nothing else runs yet, but keep the invariant local).
-	if _, err := resolveIn(newRoot, target); err != nil {
+	if _, err := resolveIn(newRoot, m.Target); err != nil {
 		return err
 	}
-	if err := mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+	if f != nil {
+		if err := moveMount(f, dst); err != nil {
+			return err
+		}
+	} else if err := mount(m.Source, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return err
 	}
 	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
-	if !writable {
+	if !m.Writable {
 		flags |= unix.MS_RDONLY
 	}
 	return remount(dst, flags)

@@ -18,11 +18,13 @@ type setup struct {
 	// IDMapped names, in order, the file descriptors that came with the
 	// setup message: detached, idmapped mounts made by a root supervisor.
 	// Names are "/usr"-style host paths, "image" or "workspace".
-	IDMapped []string       `json:"idmapped,omitempty"`
-	ReadOnly []string       `json:"read_only,omitempty"`
-	Writable []string       `json:"writable,omitempty"`
-	Binds    []runtime.Bind `json:"binds,omitempty"`
-	Deny     []string       `json:"deny,omitempty"`
+	IDMapped []string `json:"idmapped,omitempty"`
+	// Mounts are the extra bind mounts (read_only, writable and binds of
+	// the policy), in order. The supervisor opens each source itself and
+	// passes it as a detached mount named "bind:<index>", so that a source
+	// only root can reach still works when root inside is unprivileged.
+	Mounts []bindMount `json:"mounts,omitempty"`
+	Deny   []string    `json:"deny,omitempty"`
 
 	Hostname string `json:"hostname"`
 	Disk     int64  `json:"disk"`
@@ -34,6 +36,14 @@ type setup struct {
 	Seccomp    []runtime.SockFilter `json:"seccomp,omitempty"`
 	NoSeccomp  bool                 `json:"no_seccomp,omitempty"`
 	NoLandlock bool                 `json:"no_landlock,omitempty"`
+}
+
+// bindMount is one extra bind mount.
+type bindMount struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	Writable bool   `json:"writable,omitempty"`
+	Dir      bool   `json:"dir"`
 }
 
 // Layer names used in errors, so that a failure says which isolation layer
