@@ -27,6 +27,10 @@ const (
 )
 
 func main() {
+	// Descriptors inherited from whoever started airlock must never reach
+	// a sandbox (Go's exec does not close them): mark them close-on-exec.
+	// fd 3 of the init and of the reaper is theirs; they handle it.
+	sealInheritedFDs()
 	// The sandbox's init is this same binary; dispatch before anything else.
 	if len(os.Args) > 1 && os.Args[1] == native.InitArg {
 		native.InitMain()

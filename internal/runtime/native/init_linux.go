@@ -44,6 +44,11 @@ func InitMain() {
 	// the agent starts is forked from it (the agent's request loop runs on
 	// the main goroutine, which stays locked here).
 	goruntime.LockOSThread()
+	// Nothing the init holds, the control channel included, may leak into
+	// the processes it starts; they get exactly the three stdio descriptors.
+	if err := unix.CloseRange(controlFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		os.Exit(121)
+	}
 	if err := unix.SetNonblock(controlFD, true); err != nil {
 		os.Exit(121)
 	}

@@ -263,3 +263,22 @@ func TestSupervisorNoLeaks(t *testing.T) {
 		t.Errorf("state directories: %d after, %d before", s, state0)
 	}
 }
+
+// TestOnlyStdioInherited: a sandboxed process holds exactly its three stdio
+// descriptors (probe P9): not the init's control channel, not anything the
+// supervisor had. The control is the same listing with one more descriptor
+// opened on purpose, which must show up.
+func TestOnlyStdioInherited(t *testing.T) {
+	needRoot(t)
+	sb := newSandbox(t, &policy.Policy{})
+	script := "import os,sys\nfds=sorted(int(f) for f in os.listdir('/proc/self/fd'))\nif len(sys.argv)>1: extra=os.open('/dev/null',os.O_RDONLY); fds=sorted(int(f) for f in os.listdir('/proc/self/fd'))\nprint(fds)"
+	out, st := run(t, sb, "/usr/bin/python3", "-c", script)
+	// The listing itself holds one descriptor (3).
+	if st.Code != 0 || strings.TrimSpace(out) != "[0, 1, 2, 3]" {
+		t.Fatalf("descriptors of a sandboxed process: %q (%+v), want [0, 1, 2, 3]", out, st)
+	}
+	out, _ = run(t, sb, "/usr/bin/python3", "-c", script, "control")
+	if strings.TrimSpace(out) != "[0, 1, 2, 3, 4]" {
+		t.Fatalf("control: %q, want [0, 1, 2, 3, 4]", out)
+	}
+}
