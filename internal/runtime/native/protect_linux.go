@@ -12,20 +12,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// protectedDirs are protected names that are directories when they exist;
-// a placeholder for one of them that does not exist yet is a directory,
-// any other placeholder is an empty file.
-var protectedDirs = map[string]bool{
-	"hooks": true, ".vscode": true, ".idea": true, ".claude": true, ".cursor": true,
-	".devcontainer": true, "fish": true, ".continue": true, ".windsurf": true,
-	".codex": true, ".gemini": true, "workflows": true, ".git": true, ".config": true,
-}
-
 // protect makes each workspace-relative path in paths read-only inside the
 // sandbox. A path that exists is bind-mounted read-only onto itself. For a
 // path that does not exist, the first missing component gets an empty
-// placeholder (created in the host workspace) mounted read-only, so the
-// sandbox cannot create it. Every directory between the workspace and a
+// placeholder directory (created in the host workspace) mounted read-only,
+// so the sandbox cannot create it. Placeholders are directories even where
+// the protected name is a file (.mcp.json): git does not track empty
+// directories, so `git add -A` inside or outside cannot commit them. Every directory between the workspace and a
 // protected path is pinned (bind-mounted onto itself): a mount point cannot
 // be renamed or removed, so the sandbox cannot move `.git` aside and plant a
 // fresh `.git/hooks`. It returns the placeholders it created, relative to ws.
@@ -48,8 +41,7 @@ func protect(ws string, paths []string) ([]string, error) {
 			}
 			fi, err := os.Lstat(next)
 			if errors.Is(err, fs.ErrNotExist) {
-				isDir := !last || protectedDirs[part]
-				if err := placeholder(next, isDir); err != nil {
+				if err := os.Mkdir(next, 0o755); err != nil {
 					return created, fmt.Errorf("protect %s: %w", rel, err)
 				}
 				created = append(created, strings.TrimPrefix(next, ws+"/"))
@@ -94,15 +86,4 @@ func protect(ws string, paths []string) ([]string, error) {
 		}
 	}
 	return created, nil
-}
-
-func placeholder(path string, dir bool) error {
-	if dir {
-		return os.Mkdir(path, 0o755)
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	return f.Close()
 }
