@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -369,5 +368,3 @@ func report(w io.Writer, info runtime.Info, insecure runtime.Insecure, created t
 	}
 	fmt.Fprintf(w, "airlock: created in %.2fms: %s\n", float64(created)/1e6, strings.Join(parts, " "))
 }
-
-var _ = syscall.SIGKILL
