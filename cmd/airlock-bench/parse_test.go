@@ -44,3 +44,14 @@ func TestParseVerboseErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestUnattributed(t *testing.T) {
+	got := unattributed(map[string]float64{
+		"created": 10, "cgroups": 1, "clone": 2, "idmap": 0.5, "setup": 4,
+		"init.mounts": 1.5, "init.mounts.dev": 1, "init.seccomp": 0.5,
+		"handshake": 3, "destroyed": 2,
+	})
+	if got["created.unattributed"] != 2.5 || got["setup.unattributed"] != 2 || len(got) != 2 {
+		t.Errorf("unattributed = %v, want created.unattributed=2.5 setup.unattributed=2", got)
+	}
+}

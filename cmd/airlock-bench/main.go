@@ -1,0 +1,570 @@
+// Command airlock-bench measures what a sandbox costs: how much longer
+// `airlock run -- /bin/true` takes than running /bin/true directly, and than
+// running it under bubblewrap (bwrap), the usual point of comparison.
+//
+// Usage:
+//
+//	go run ./cmd/airlock-bench [-n 100] [-airlock ./bin/airlock] [-json]
+//
+// (`make bench` builds bin/airlock and runs it with -n 100.)
+//
+// # What is measured
+//
+// Part 1, end to end. Each configuration below runs /bin/true N times; a run
+// is timed from just before the fork to the return of wait(2) for the whole
+// command, so for airlock it includes the start of the airlock process itself,
+// building the policy and seccomp filter, creating the sandbox (namespaces,
+// overlay root, cgroups, Landlock, seccomp), starting the command in it,
+// waiting for it and destroying the sandbox. It is the latency a caller sees.
+// The configurations are run interleaved round-robin (run i of every
+// configuration, then run i+1 of every one, starting each round with a
+// different configuration), so that noise on the machine hits all of them
+// alike, after one warm-up run each that is not counted:
+//
+//   - bare: /bin/true forked and executed from Go, the floor;
+//   - bwrap: bubblewrap with all namespaces unshared, /usr read-only, a fresh
+//     /proc, /dev and /tmp (see bwrapArgs); skipped with a message if bwrap
+//     is not installed;
+//   - airlock: `airlock run -- /bin/true`, the full default;
+//   - two weaker airlock configurations marked "(attribution)", with cgroups
+//     off, and with Landlock and seccomp off: they are not ways to run
+//     airlock, only a way to see what those layers cost end to end.
+//
+// The first table gives, per configuration, the number of successful runs
+// and the median, 95th percentile, minimum and mean wall time, and the ratio
+// of its median to bwrap's median; then the line
+//
+//	airlock median / bwrap median = X.XX (target <= 1.5)
+//
+// compares the full default against bwrap. Medians are what to compare: the
+// mean and p95 show how heavy the tail is (a p95 far above the median means a
+// noisy machine or an occasional slow step, such as a cgroup removal).
+//
+// Part 2, attribution. `airlock run -v -- /bin/true` is then run N times on
+// its own, and the timings airlock reports on stderr are parsed: the steps of
+// the sandbox creation (cgroups, clone, idmap, setup and, inside setup, the
+// steps of the sandbox's init: init.namespaces, init.mounts with its sub-steps
+// init.mounts.*, init.capabilities, init.landlock, init.seccomp), "created"
+// (the whole creation), "handshake" (from the exec request to the command
+// started, the "command started X ms after the sandbox" value) and
+// "destroyed" (the teardown). Steps nest, so they do not add up: init.* are
+// part of setup, init.mounts.* are part of init.mounts, and all of them are
+// part of created. Derived per run, to find time no step accounts for:
+// "created.unattributed" is created minus its top-level steps (cgroups,
+// clone, idmap, setup), "setup.unattributed" is setup minus the init.* steps
+// (the round trip to the sandbox's init), "wall" is the wall time of the
+// whole -v command and "other" is wall - created - handshake - destroyed:
+// starting and exiting the airlock process and preparing the spec, outside
+// the sandbox proper. The table is sorted by median, largest first.
+//
+// Statistics: the median is the middle sample (the mean of the two middle
+// ones for an even count); p95 is the nearest-rank 95th percentile, the
+// smallest sample that at least 95% of the samples do not exceed. All times
+// are in milliseconds.
+//
+// A run that fails (non-zero exit, or no timings where some are expected) is
+// not counted: it is reported as an error with its stderr, and the command
+// exits with status 1. -json prints the same data as one JSON document.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+const (
+	target     = 1.5              // airlock median / bwrap median
+	minRuns    = 50               // fewer runs are allowed, with a warning
+	runTimeout = 60 * time.Second // a run taking longer is killed and fails
+	maxStderr  = 4000             // bytes of a failed run's stderr shown
+
+	warmUpTries = 3 // a configuration whose warm-up fails this often is left out
+)
+
+// bwrapArgs is the bubblewrap command compared against: every namespace
+// unshared, /usr read-only with the usual merged-/usr symlinks, and a fresh
+// /proc, /dev and /tmp.
+var bwrapArgs = []string{
+	"--unshare-all", "--die-with-parent", "--new-session",
+	"--ro-bind", "/usr", "/usr",
+	"--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+	"--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
+	"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+	"/bin/true",
+}
+
+// config is one row of the end-to-end table.
+type config struct {
+	key         string // for the code: "bare", "bwrap", "airlock", ...
+	name        string // shown
+	argv        []string
+	attribution bool
+
+	samples []float64
+	failed  int
+	dropped bool // the warm-up failed: not run further
+}
+
+type failure struct {
+	Config string `json:"config"`
+	Run    int    `json:"run"` // 0 is the warm-up
+	Error  string `json:"error"`
+	Stderr string `json:"stderr,omitempty"`
+}
+
+type rowResult struct {
+	Key         string   `json:"key"`
+	Name        string   `json:"name"`
+	Argv        []string `json:"argv"`
+	Attribution bool     `json:"attribution"`
+	summary
+	Failed       int      `json:"failed"`
+	RatioToBwrap *float64 `json:"ratio_to_bwrap_median,omitempty"`
+}
+
+type stepResult struct {
+	Step   string  `json:"step"`
+	Runs   int     `json:"runs"`
+	Median float64 `json:"median_ms"`
+	P95    float64 `json:"p95_ms"`
+}
+
+type skipped struct {
+	Config string `json:"config"`
+	Reason string `json:"reason"`
+}
+
+type report struct {
+	N            int          `json:"n"`
+	Kernel       string       `json:"kernel"`
+	CPUs         int          `json:"cpus"`
+	Airlock      string       `json:"airlock"`
+	Bwrap        string       `json:"bwrap,omitempty"`
+	BwrapVersion string       `json:"bwrap_version,omitempty"`
+	Rows         []rowResult  `json:"rows"`
+	Ratio        *float64     `json:"airlock_over_bwrap_median"`
+	Target       float64      `json:"target"`
+	Steps        []stepResult `json:"steps"`
+	Skipped      []skipped    `json:"skipped,omitempty"`
+	Warnings     []string     `json:"warnings,omitempty"`
+	Failures     []failure    `json:"failures,omitempty"`
+
+	bwrapMedian float64
+}
+
+func main() {
+	n := flag.Int("n", 100, fmt.Sprintf("runs of each configuration (at least %d advised)", minRuns))
+	airlockPath := flag.String("airlock", "./bin/airlock", "airlock binary to measure")
+	bwrapPath := flag.String("bwrap", "bwrap", "bubblewrap binary to compare against (looked up in PATH)")
+	asJSON := flag.Bool("json", false, "print the results as JSON instead of tables")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: airlock-bench [-n 100] [-airlock ./bin/airlock] [-json]\n\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() > 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	os.Exit(run(*n, *airlockPath, *bwrapPath, *asJSON))
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "airlock-bench: "+format+"\n", args...)
+}
+
+func run(n int, airlockPath, bwrapPath string, asJSON bool) int {
+	if n < 1 {
+		logf("-n %d: need at least 1 run", n)
+		return 2
+	}
+	rep := &report{N: n, Target: target, CPUs: goruntime.NumCPU(), Kernel: kernel(), Rows: []rowResult{}, Steps: []stepResult{}}
+	if n < minRuns {
+		w := fmt.Sprintf("only %d runs per configuration (fewer than %d): the p95 and even the median are unreliable", n, minRuns)
+		logf("WARNING: %s", w)
+		rep.Warnings = append(rep.Warnings, w)
+	}
+
+	al, err := filepath.Abs(airlockPath)
+	if err == nil {
+		_, err = os.Stat(al)
+	}
+	if err != nil {
+		logf("airlock binary %s: %v (build it with `make build`, or pass -airlock PATH)", airlockPath, err)
+		return 2
+	}
+	rep.Airlock = al
+
+	configs := []*config{{key: "bare", name: "bare /bin/true (fork+exec)", argv: []string{"/bin/true"}}}
+	if bw, err := exec.LookPath(bwrapPath); err != nil {
+		reason := fmt.Sprintf("%s not found (%v); install it with `apt-get install -y bubblewrap` to compare against it", bwrapPath, err)
+		logf("skipping the bubblewrap row: %s", reason)
+		rep.Skipped = append(rep.Skipped, skipped{"bwrap /bin/true", reason})
+	} else {
+		rep.Bwrap = bw
+		if out, err := exec.Command(bw, "--version").Output(); err == nil {
+			rep.BwrapVersion = strings.TrimSpace(string(out))
+		}
+		configs = append(configs, &config{key: "bwrap", name: "bwrap /bin/true", argv: append([]string{bw}, bwrapArgs...)})
+	}
+	configs = append(configs,
+		&config{key: "airlock", name: "airlock run -- /bin/true", argv: []string{al, "run", "--", "/bin/true"}},
+		&config{key: "airlock-no-cgroups", name: "airlock --insecure-no-cgroups (attribution)", attribution: true,
+			argv: []string{al, "run", "--insecure-no-cgroups", "--", "/bin/true"}},
+		&config{key: "airlock-no-landlock-seccomp", name: "airlock --insecure-no-landlock --insecure-no-seccomp (attribution)", attribution: true,
+			argv: []string{al, "run", "--insecure-no-landlock", "--insecure-no-seccomp", "--", "/bin/true"}},
+	)
+
+	errf, err := os.CreateTemp("", "airlock-bench-stderr-*")
+	if err != nil {
+		logf("%v", err)
+		return 2
+	}
+	defer os.Remove(errf.Name())
+	defer errf.Close()
+	r := &runner{errf: errf}
+
+	// Part 1: end to end, interleaved.
+	logf("%d configurations x %d runs, interleaved round-robin, after one warm-up run each", len(configs), n)
+	for _, c := range configs {
+		if err := r.warmUp(rep, c.key, c.name, c.argv); err != nil {
+			c.dropped = true
+			rep.Skipped = append(rep.Skipped, skipped{c.name, "the warm-up run failed: " + err.Error()})
+		}
+	}
+	var active []*config
+	for _, c := range configs {
+		if !c.dropped {
+			active = append(active, c)
+		}
+	}
+	shown := map[string]int{}
+	for i := 0; i < n && len(active) > 0; i++ {
+		for j := range active {
+			c := active[(i+j)%len(active)]
+			ms, stderr, err := r.run(c.argv)
+			if err != nil {
+				c.failed++
+				rep.Failures = append(rep.Failures, failure{c.key, i + 1, err.Error(), stderr})
+				if shown[c.key]++; shown[c.key] <= 3 {
+					logf("%s: run %d failed, not counted: %v\n%s", c.name, i+1, err, indent(stderr))
+				}
+				continue
+			}
+			c.samples = append(c.samples, ms)
+		}
+		progress(i+1, n)
+	}
+
+	var bwrapMedian float64
+	for _, c := range configs {
+		if c.key == "bwrap" && len(c.samples) > 0 {
+			bwrapMedian = median(sorted(c.samples))
+		}
+	}
+	rep.bwrapMedian = bwrapMedian
+	for _, c := range configs {
+		if c.dropped {
+			continue
+		}
+		row := rowResult{Key: c.key, Name: c.name, Argv: c.argv, Attribution: c.attribution, summary: summarize(c.samples), Failed: c.failed}
+		if bwrapMedian > 0 && row.N > 0 {
+			ratio := row.Median / bwrapMedian
+			row.RatioToBwrap = &ratio
+		}
+		if c.key == "airlock" {
+			rep.Ratio = row.RatioToBwrap
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+
+	// Part 2: the steps airlock reports with -v.
+	logf("airlock run -v -- /bin/true x %d, for the per-step timings", n)
+	verbose := []string{al, "run", "-v", "--", "/bin/true"}
+	steps := map[string][]float64{}
+	if err := r.warmUp(rep, "airlock-v", "airlock run -v", verbose); err != nil {
+		w := "airlock run -v could not run: no per-step timings"
+		rep.Warnings = append(rep.Warnings, w)
+	} else {
+		shownV := 0
+		for i := 0; i < n; i++ {
+			wall, stderr, err := r.run(verbose)
+			var t map[string]float64
+			if err == nil {
+				t, err = parseVerbose(stderr)
+			}
+			if err != nil {
+				rep.Failures = append(rep.Failures, failure{"airlock-v", i + 1, err.Error(), stderr})
+				if shownV++; shownV <= 3 {
+					logf("airlock run -v: run %d failed, not counted: %v\n%s", i+1, err, indent(stderr))
+				}
+				continue
+			}
+			for k, v := range t {
+				steps[k] = append(steps[k], v)
+			}
+			for k, v := range unattributed(t) {
+				steps[k] = append(steps[k], v)
+			}
+			steps["wall"] = append(steps["wall"], wall)
+			if d, ok := t[stepDestroyed]; ok {
+				steps["other"] = append(steps["other"], wall-t[stepCreated]-t[stepHandshake]-d)
+			}
+			progress(i+1, n)
+		}
+		okRuns := len(steps["wall"])
+		for _, s := range expectedSteps {
+			if okRuns > 0 && len(steps[s]) == 0 {
+				w := fmt.Sprintf("airlock run -v did not report the step %q in any run (conditional step, or a changed output format)", s)
+				logf("WARNING: %s", w)
+				rep.Warnings = append(rep.Warnings, w)
+			}
+		}
+	}
+	for k, v := range steps {
+		s := summarize(v)
+		rep.Steps = append(rep.Steps, stepResult{Step: k, Runs: s.N, Median: s.Median, P95: s.P95})
+	}
+	sort.Slice(rep.Steps, func(i, j int) bool {
+		a, b := rep.Steps[i], rep.Steps[j]
+		if a.Median != b.Median {
+			return a.Median > b.Median
+		}
+		if a.P95 != b.P95 {
+			return a.P95 > b.P95
+		}
+		return a.Step < b.Step
+	})
+
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			logf("%v", err)
+			return 2
+		}
+	} else {
+		printText(os.Stdout, rep)
+	}
+	if len(rep.Failures) > 0 {
+		logf("%d run(s) failed; see above", len(rep.Failures))
+		return 1
+	}
+	return 0
+}
+
+// unattributed returns, for one run's timings, the part of "created" not
+// covered by its top-level steps (cgroups, clone, idmap, setup, ...) and the
+// part of "setup" not covered by the init.* steps (sending the setup to the
+// sandbox's init and waiting for its answer).
+func unattributed(t map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	if created, ok := t[stepCreated]; ok {
+		for k, v := range t {
+			if !strings.Contains(k, ".") && k != stepCreated && k != stepHandshake && k != stepDestroyed {
+				created -= v
+			}
+		}
+		out[stepCreated+".unattributed"] = created
+	}
+	if setup, ok := t["setup"]; ok {
+		for k, v := range t {
+			if rest, ok := strings.CutPrefix(k, "init."); ok && !strings.Contains(rest, ".") {
+				setup -= v
+			}
+		}
+		out["setup.unattributed"] = setup
+	}
+	return out
+}
+
+// warmUp runs argv once, not counted. A failure is reported and the run
+// retried, up to warmUpTries times: only a configuration that cannot run at
+// all is left out.
+func (r *runner) warmUp(rep *report, key, name string, argv []string) error {
+	var err error
+	for try := 1; try <= warmUpTries; try++ {
+		var stderr string
+		if _, stderr, err = r.run(argv); err == nil {
+			return nil
+		}
+		rep.Failures = append(rep.Failures, failure{key, 0, err.Error(), stderr})
+		logf("%s: warm-up run %d/%d failed: %v\n%s", name, try, warmUpTries, err, indent(stderr))
+	}
+	logf("%s: not measured", name)
+	return err
+}
+
+// runner runs commands and times them. Their stderr goes to a file (no pipe
+// and no copying goroutine in the measured path), stdin and stdout are
+// /dev/null.
+type runner struct {
+	errf *os.File
+}
+
+// run runs argv once and returns its wall time in ms from just before the
+// fork to the return of wait, and its stderr. A non-zero exit is an error.
+func (r *runner) run(argv []string) (float64, string, error) {
+	if err := r.errf.Truncate(0); err != nil {
+		return 0, "", err
+	}
+	if _, err := r.errf.Seek(0, io.SeekStart); err != nil {
+		return 0, "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stderr = r.errf
+	cmd.WaitDelay = time.Second
+	t0 := time.Now()
+	err := cmd.Start()
+	if err == nil {
+		err = cmd.Wait()
+	}
+	d := time.Since(t0)
+	stderr := r.stderr()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("timed out after %s: %v", runTimeout, err)
+	}
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%s: %v", strings.Join(argv, " "), ee)
+		}
+		return 0, stderr, err
+	}
+	return float64(d) / 1e6, stderr, nil
+}
+
+func (r *runner) stderr() string {
+	fi, err := r.errf.Stat()
+	if err != nil {
+		return ""
+	}
+	size := fi.Size()
+	if size > 1<<20 {
+		size = 1 << 20
+	}
+	buf := make([]byte, size)
+	k, _ := r.errf.ReadAt(buf, 0)
+	return string(buf[:k])
+}
+
+func progress(i, n int) {
+	if i%10 == 0 || i == n {
+		fmt.Fprintf(os.Stderr, "  %d/%d\r", i, n)
+		if i == n {
+			fmt.Fprintln(os.Stderr)
+		}
+	}
+}
+
+// indent prepares a failed run's stderr for the log.
+func indent(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if s == "" {
+		return "    (no stderr)"
+	}
+	if len(s) > maxStderr {
+		s = s[:maxStderr] + "\n[...]"
+	}
+	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
+}
+
+func kernel() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func ms(v float64) string { return fmt.Sprintf("%.2fms", v) }
+
+func printText(w io.Writer, rep *report) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "airlock-bench: %d runs each, interleaved; Linux %s, %d CPUs\n", rep.N, rep.Kernel, rep.CPUs)
+	fmt.Fprintf(&b, "airlock: %s\n", rep.Airlock)
+	if rep.Bwrap != "" {
+		fmt.Fprintf(&b, "bwrap:   %s (%s)\n", rep.Bwrap, rep.BwrapVersion)
+	}
+	b.WriteString("\nEnd to end (wall time from fork to wait of the whole command):\n\n")
+	nw := len("name")
+	for _, r := range rep.Rows {
+		nw = max(nw, len(r.Name))
+	}
+	for _, s := range rep.Skipped {
+		nw = max(nw, len(s.Config))
+	}
+	fmt.Fprintf(&b, "%-*s  %5s  %9s  %9s  %9s  %9s  %8s\n", nw, "name", "runs", "median", "p95", "min", "mean", "vs bwrap")
+	for _, r := range rep.Rows {
+		ratio := "-"
+		if r.RatioToBwrap != nil {
+			ratio = fmt.Sprintf("%.2fx", *r.RatioToBwrap)
+		}
+		if r.N == 0 {
+			fmt.Fprintf(&b, "%-*s  %5d  %9s  %9s  %9s  %9s  %8s\n", nw, r.Name, 0, "-", "-", "-", "-", ratio)
+			continue
+		}
+		fmt.Fprintf(&b, "%-*s  %5d  %9s  %9s  %9s  %9s  %8s\n", nw, r.Name, r.N, ms(r.Median), ms(r.P95), ms(r.Min), ms(r.Mean), ratio)
+	}
+	for _, s := range rep.Skipped {
+		fmt.Fprintf(&b, "%-*s  skipped: %s\n", nw, s.Config, s.Reason)
+	}
+	for _, r := range rep.Rows {
+		if r.Failed > 0 {
+			fmt.Fprintf(&b, "%s: %d failed run(s), not counted\n", r.Name, r.Failed)
+		}
+	}
+	b.WriteString("(attribution) rows are weaker configurations, measured only to show what those layers cost.\n\n")
+	if rep.Ratio != nil {
+		fmt.Fprintf(&b, "airlock median / bwrap median = %.2f (target <= %.1f)\n", *rep.Ratio, rep.Target)
+	} else {
+		why := "airlock was not measured"
+		if rep.bwrapMedian == 0 {
+			why = "bwrap was not measured"
+		}
+		fmt.Fprintf(&b, "airlock median / bwrap median = n/a, %s (target <= %.1f)\n", why, rep.Target)
+	}
+
+	b.WriteString("\nSteps of `airlock run -v -- /bin/true` (nested: init.* are inside setup, init.mounts.* inside init.mounts, all inside created;\n*.unattributed = the parent minus its sub-steps; other = wall - created - handshake - destroyed, the airlock process itself):\n\n")
+	sw := len("step")
+	for _, s := range rep.Steps {
+		sw = max(sw, len(s.Step))
+	}
+	fmt.Fprintf(&b, "%-*s  %9s  %9s\n", sw, "step", "median", "p95")
+	runs := -1
+	for _, s := range rep.Steps {
+		fmt.Fprintf(&b, "%-*s  %9s  %9s\n", sw, s.Step, ms(s.Median), ms(s.P95))
+		if s.Step == "wall" {
+			runs = s.Runs
+		}
+	}
+	if len(rep.Steps) == 0 {
+		b.WriteString("(no successful run)\n")
+	}
+	for _, s := range rep.Steps {
+		if runs >= 0 && s.Runs != runs {
+			fmt.Fprintf(&b, "note: %s was reported by %d of %d runs\n", s.Step, s.Runs, runs)
+		}
+	}
+	for _, wn := range rep.Warnings {
+		fmt.Fprintf(&b, "warning: %s\n", wn)
+	}
+	if len(rep.Failures) > 0 {
+		fmt.Fprintf(&b, "\n%d run(s) FAILED and were not counted (the first ones' stderr is above)\n", len(rep.Failures))
+	}
+	w.Write(b.Bytes())
+}
