@@ -69,12 +69,25 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	airlockBin = filepath.Join(binDir, "airlock")
-	build := exec.Command("go", "build", "-o", airlockBin, "./cmd/airlock")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: build failed: %v\n%s", err, out)
-		return 1
+	if prebuilt := os.Getenv("AIRLOCK_E2E_BIN"); prebuilt != "" {
+		// Test a given binary instead (e.g. to check that a probe catches
+		// a known-bad build).
+		b, err := os.ReadFile(prebuilt)
+		if err == nil {
+			err = os.WriteFile(airlockBin, b, 0o755)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: AIRLOCK_E2E_BIN:", err)
+			return 1
+		}
+	} else {
+		build := exec.Command("go", "build", "-o", airlockBin, "./cmd/airlock")
+		build.Dir = root
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: build failed: %v\n%s", err, out)
+			return 1
+		}
 	}
 	if err := os.Chmod(airlockBin, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -396,8 +409,15 @@ func start(t testing.TB, o opts, args ...string) *bg {
 	b := &bg{cmd: cmd, cancel: cancel, stdout: newLineReader(so), stderr: newLineReader(se), done: make(chan struct{})}
 	go func() { b.err = cmd.Wait(); close(b.done) }()
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		b.wait(t, 10*time.Second)
+		// Forwarded to the command, so airlock tears the sandbox down
+		// itself; SIGKILL only if that does not end it.
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-b.done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			b.wait(t, 10*time.Second)
+		}
 		cancel()
 	})
 	return b
@@ -508,8 +528,11 @@ func alive(pid int) bool {
 func nobodyDir(t testing.TB) string {
 	t.Helper()
 	parent := t.TempDir()
-	if err := os.Chmod(parent, 0o755); err != nil {
-		t.Fatal(err)
+	// t.TempDir's own parent directory is private (0700) too.
+	for _, d := range []string{filepath.Dir(parent), parent} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	d := filepath.Join(parent, "ws")
 	if err := os.Mkdir(d, 0o755); err != nil {

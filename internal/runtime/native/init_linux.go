@@ -105,6 +105,9 @@ func initSandbox(conn *agent.Conn) (*agent.Ready, error) {
 	if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
 		return nil, inLayer(layerNamespaces, fmt.Errorf("sethostname: %w", err))
 	}
+	if err := loopbackUp(); err != nil {
+		return nil, inLayer(layerNamespaces, fmt.Errorf("bring up loopback: %w", err))
+	}
 	step("namespaces", t0)
 
 	t0 = time.Now()
@@ -152,4 +155,23 @@ func initSandbox(conn *agent.Conn) (*agent.Ready, error) {
 		step("seccomp", t0)
 	}
 	return ready, nil
+}
+
+// loopbackUp brings up lo, the only interface of the sandbox's network
+// namespace, so that servers inside the sandbox can talk to each other.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }

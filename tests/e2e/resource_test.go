@@ -1,0 +1,264 @@
+//go:build linux
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pyForks forks up to n children that sleep, reports how many it got and
+// the error that stopped it, then kills them.
+const pyForks = `
+import signal
+n = int(sys.argv[1])
+kids, err = [], "NONE"
+for i in range(n):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        err = E.errorcode.get(e.errno)
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    kids.append(pid)
+out("forks", len(kids))
+out("err", err)
+for k in kids:
+    os.kill(k, signal.SIGKILL)
+    os.waitpid(k, 0)
+`
+
+// R1: a fork bomb stops at the pids limit; 20 forks under the same limit
+// succeed; other sandboxes keep working while the bomb runs.
+func TestR1ForkBomb(t *testing.T) {
+	needRoot(t)
+	r := run(t, opts{}, []string{"--pids", "64"}, "/usr/bin/python3", "-c", pyPrelude+pyForks, "500")
+	m := kv(r.stdout)
+	expect(t, m, "err", "EAGAIN")
+	var n int
+	fmt.Sscan(m["forks"], &n)
+	if n >= 64 || n == 0 {
+		t.Errorf("forks = %d under --pids 64\n%s", n, r)
+	}
+	r = run(t, opts{}, []string{"--pids", "64"}, "/usr/bin/python3", "-c", pyPrelude+pyForks, "20")
+	m = kv(r.stdout)
+	expect(t, m, "forks", "20")
+	expect(t, m, "err", "NONE")
+
+	// The real bomb, bounded by --timeout; meanwhile a new sandbox starts
+	// and works.
+	bomb := start(t, opts{}, "run", "-v", "--pids", "64", "--timeout", "8s", "--", "/usr/bin/python3", "-c",
+		"import os\nwhile 1:\n try: os.fork()\n except OSError: pass")
+	_, paths := bomb.cgroupPaths(t)
+	cg := pidsCgroup(t, paths)
+	hitLimit := poll(20*time.Second, func() bool {
+		b, err := os.ReadFile(filepath.Join(cg, "pids.events"))
+		return err == nil && !strings.Contains(string(b), "max 0")
+	})
+	if !hitLimit {
+		t.Errorf("the bomb's cgroup never hit pids.max")
+	}
+	if b, err := os.ReadFile(filepath.Join(cg, "pids.current")); err == nil {
+		var cur int
+		fmt.Sscan(string(b), &cur)
+		if cur > 64 {
+			t.Errorf("pids.current = %d > 64", cur)
+		}
+	}
+	other := sh(t, opts{}, nil, "echo alive")
+	if other.code != 0 || other.stdout != "alive\n" {
+		t.Errorf("a sandbox started during the bomb failed\n%s", other)
+	}
+	if code := bomb.wait(t, 40*time.Second); code != 124 {
+		t.Errorf("bomb: want exit 124 at the timeout, got %d\n%s", code, bomb.stderr.String())
+	}
+	if poll(10*time.Second, func() bool { _, err := os.Stat(cg); return err != nil }) == false {
+		t.Errorf("the bomb's cgroup %s still exists after the run", cg)
+	}
+}
+
+// R2: thread creation stops at the pids limit.
+func TestR2Threads(t *testing.T) {
+	needRoot(t)
+	script := pyPrelude + `
+import threading
+n = int(sys.argv[1])
+ev = threading.Event()
+ts, err = [], "NONE"
+for i in range(n):
+    th = threading.Thread(target=ev.wait, daemon=True)
+    try:
+        th.start()
+    except RuntimeError as e:
+        err = "LIMIT"
+        break
+    ts.append(th)
+out("threads", len(ts))
+out("err", err)
+ev.set()
+`
+	r := run(t, opts{}, []string{"--pids", "64"}, "/usr/bin/python3", "-c", script, "500")
+	m := kv(r.stdout)
+	expect(t, m, "err", "LIMIT")
+	var n int
+	fmt.Sscan(m["threads"], &n)
+	if n >= 64 || n == 0 {
+		t.Errorf("threads = %d under --pids 64\n%s", n, r)
+	}
+	r = run(t, opts{}, []string{"--pids", "64"}, "/usr/bin/python3", "-c", script, "20")
+	m = kv(r.stdout)
+	expect(t, m, "threads", "20")
+	expect(t, m, "err", "NONE")
+}
+
+const pyHog = `
+import sys
+a = []
+for i in range(int(sys.argv[1])):
+    a.append(bytearray(1 << 20))
+    a[-1][::4096] = b"x" * (1 << 8)
+print("allocated", len(a), flush=True)
+`
+
+// R3: a memory hog is killed inside its limit; an allocation within it works.
+func TestR3Memory(t *testing.T) {
+	needRoot(t)
+	r := run(t, opts{}, []string{"--memory", "64MiB"}, "/usr/bin/python3", "-c", pyHog, "1024")
+	if r.code != 137 {
+		t.Errorf("1 GiB under --memory 64MiB: want exit 137\n%s", r)
+	}
+	r = run(t, opts{}, []string{"--memory", "64MiB"}, "/usr/bin/python3", "-c", pyHog, "16")
+	if r.code != 0 || !strings.Contains(r.stdout, "allocated 16") {
+		t.Errorf("control: 16 MiB under --memory 64MiB\n%s", r)
+	}
+}
+
+// R4, R5: /dev/shm, /tmp and the writable root layer are size-capped.
+func TestR4R5Disk(t *testing.T) {
+	need(t)
+	for _, c := range []struct {
+		name, flag, size, path string
+	}{
+		{"shm", "--shm", "8MiB", "/dev/shm/f"},
+		{"tmp", "--tmp", "8MiB", "/tmp/f"},
+		{"root-layer", "--disk", "16MiB", "/root/f"},
+		{"usr-layer", "--disk", "16MiB", "/usr/local/airlock-e2e-fill"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := sh(t, opts{}, []string{c.flag, c.size}, `dd if=/dev/zero of=`+c.path+` bs=1M count=64 2>&1; echo rc=$?; echo size=$(stat -c %s `+c.path+`)`)
+			m := kv(r.stdout)
+			if m["rc"] == "0" || !strings.Contains(r.stdout, "No space left on device") {
+				t.Errorf("64 MiB into %s under %s %s: want ENOSPC\n%s", c.path, c.flag, c.size, r)
+			}
+			var size int64
+			fmt.Sscan(m["size"], &size)
+			if size >= 17<<20 {
+				t.Errorf("%s grew to %d bytes", c.path, size)
+			}
+			r = sh(t, opts{}, []string{c.flag, c.size}, `dd if=/dev/zero of=`+c.path+` bs=1M count=4 2>/dev/null; echo rc=$?`)
+			expect(t, kv(r.stdout), "rc", "0")
+		})
+	}
+	if _, err := os.Stat("/usr/local/airlock-e2e-fill"); err == nil {
+		os.Remove("/usr/local/airlock-e2e-fill")
+		t.Errorf("a file written to /usr inside appeared on the host")
+	}
+}
+
+// R7: the open file limit holds.
+func TestR7Nofile(t *testing.T) {
+	script := `
+n = int(sys.argv[1])
+fds, err = [], "NONE"
+for i in range(n):
+    try:
+        fds += os.pipe()
+    except OSError as e:
+        err = E.errorcode.get(e.errno)
+        break
+out("fds", len(fds))
+out("err", err)
+import resource
+out("limit", resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+out("raise", tryerr(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))))
+`
+	r := run(t, opts{}, []string{"--nofile", "64"}, "/usr/bin/python3", "-c", pyPrelude+script, "500")
+	m := kv(r.stdout)
+	expect(t, m, "err", "EMFILE")
+	expect(t, m, "limit", "64")
+	if v := m["raise"]; v == "OK" {
+		t.Errorf("the hard RLIMIT_NOFILE could be raised")
+	}
+	var n int
+	fmt.Sscan(m["fds"], &n)
+	if n >= 64 {
+		t.Errorf("%d descriptors under --nofile 64", n)
+	}
+	r = run(t, opts{}, []string{"--nofile", "64"}, "/usr/bin/python3", "-c", pyPrelude+script, "10")
+	m = kv(r.stdout)
+	expect(t, m, "fds", "20")
+	expect(t, m, "err", "NONE")
+}
+
+// R11: the clock cannot be set; reading it works.
+func TestR11Clock(t *testing.T) {
+	need(t)
+	before := time.Now()
+	r := sh(t, opts{}, nil, `date -s 2000-01-01 >/dev/null 2>&1 && echo set=OK || echo set=DENIED; echo year=$(date +%Y)`)
+	m := kv(r.stdout)
+	expect(t, m, "set", "DENIED")
+	expect(t, m, "year", fmt.Sprint(before.Year()), fmt.Sprint(time.Now().Year()))
+	if time.Now().Before(before) || time.Now().Year() < 2020 {
+		t.Errorf("host clock moved: %s", time.Now())
+	}
+}
+
+// R13: SIGKILL of airlock kills every sandbox process and the next run
+// cleans up the state directory.
+func TestR13SupervisorDeath(t *testing.T) {
+	needRoot(t)
+	b := start(t, opts{}, "run", "-v", "--", "/bin/sh", "-c", "sleep 1000 & sleep 1000 & echo ready; wait")
+	id, paths := b.cgroupPaths(t)
+	b.stdout.waitFor(t, regexp.MustCompile(`^ready$`), 30*time.Second)
+	cg := pidsCgroup(t, paths)
+	var pids []int
+	poll(10*time.Second, func() bool { pids = cgroupPids(t, cg); return len(pids) >= 4 })
+	if len(pids) < 4 {
+		t.Fatalf("control: want init, sh and 2 sleeps in %s, got %v", cg, pids)
+	}
+	stateDir := "/run/airlock/" + id
+	if _, err := os.Stat(stateDir); err != nil {
+		t.Errorf("control: state dir %s missing while running: %v", stateDir, err)
+	}
+	b.cmd.Process.Kill()
+	b.wait(t, 10*time.Second)
+	gone := poll(15*time.Second, func() bool {
+		for _, p := range pids {
+			if alive(p) {
+				return false
+			}
+		}
+		return true
+	})
+	if !gone {
+		var left []string
+		for _, p := range pids {
+			if alive(p) {
+				c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+				left = append(left, fmt.Sprintf("%d %q", p, c))
+			}
+		}
+		t.Errorf("sandbox processes survived airlock's death: %v", left)
+	}
+	mustOK(t, run(t, opts{}, nil, "true"), "next run")
+	if !poll(10*time.Second, func() bool { _, err := os.Stat(stateDir); return err != nil }) {
+		t.Errorf("state dir %s left after the next run", stateDir)
+	}
+}
