@@ -127,6 +127,13 @@ srv.bind(("127.0.0.1", 0))
 srv.listen()
 port = srv.getsockname()[1]
 conn("self", "127.0.0.1", port)
+# Take the control connection off the backlog so that only a connection
+# from outside can be accepted below.
+srv.settimeout(5)
+try:
+    srv.accept()[0].close()
+except OSError:
+    pass
 print("ready", port, flush=True)
 srv.settimeout(20)
 try:
