@@ -86,17 +86,14 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
-// ttyRun runs airlock with a new pseudo-terminal as its controlling
-// terminal and stdio, and returns what the master read and the exit code.
-func ttyRun(t *testing.T, args ...string) (string, int) {
+// openPTY opens a new pseudo-terminal pair with a 24x80 window.
+func openPTY(t *testing.T) (master, slave *os.File) {
 	t.Helper()
-	need(t)
 	mfd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Skipf("no pseudo-terminals: %v", err)
 	}
-	master := os.NewFile(uintptr(mfd), "ptmx")
-	defer master.Close()
+	master = os.NewFile(uintptr(mfd), "ptmx")
 	if err := unix.IoctlSetPointerInt(mfd, unix.TIOCSPTLCK, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -105,10 +102,21 @@ func ttyRun(t *testing.T, args ...string) (string, int) {
 		t.Fatal(err)
 	}
 	unix.IoctlSetWinsize(mfd, unix.TIOCSWINSZ, &unix.Winsize{Row: 24, Col: 80})
-	slave, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	slave, err = os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
 	if err != nil {
+		master.Close()
 		t.Fatal(err)
 	}
+	return master, slave
+}
+
+// ttyRun runs airlock with a new pseudo-terminal as its controlling
+// terminal and stdio, and returns what the master read and the exit code.
+func ttyRun(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	need(t)
+	master, slave := openPTY(t)
+	defer master.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	cmd := command(ctx, opts{}, args...)
@@ -132,7 +140,7 @@ func ttyRun(t *testing.T, args ...string) (string, int) {
 		}
 		outc <- b.String()
 	}()
-	err = cmd.Wait()
+	err := cmd.Wait()
 	code := 0
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
