@@ -237,6 +237,11 @@ func TestR13SupervisorDeath(t *testing.T) {
 	if _, err := os.Stat(stateDir); err != nil {
 		t.Errorf("control: state dir %s missing while running: %v", stateDir, err)
 	}
+	// The reaper (started once a sandbox has lived a moment) is what
+	// cleans the host side after a SIGKILL; wait until it is there.
+	if !poll(10*time.Second, func() bool { return reaperRunning(stateDir) }) {
+		t.Fatalf("control: no reaper process for %s", stateDir)
+	}
 	b.cmd.Process.Kill()
 	b.wait(t, 10*time.Second)
 	gone := poll(15*time.Second, func() bool {
@@ -257,8 +262,67 @@ func TestR13SupervisorDeath(t *testing.T) {
 		}
 		t.Errorf("sandbox processes survived airlock's death: %v", left)
 	}
-	mustOK(t, run(t, opts{}, nil, "true"), "next run")
+	// No later airlock run is needed: the reaper removes the cgroups and
+	// the state directory by itself.
 	if !poll(10*time.Second, func() bool { _, err := os.Stat(stateDir); return err != nil }) {
-		t.Errorf("state dir %s left after the next run", stateDir)
+		t.Errorf("state dir %s left after airlock was killed", stateDir)
 	}
+	for _, p := range paths {
+		if !poll(10*time.Second, func() bool { _, err := os.Stat(p); return err != nil }) {
+			t.Errorf("cgroup %s left after airlock was killed", p)
+		}
+	}
+	if reaperRunning(stateDir) {
+		t.Errorf("the reaper for %s is still running after its work", stateDir)
+	}
+}
+
+// TestR13EarlyKillSwept: a supervisor killed before its reaper started
+// leaves its state directory to the next airlock, which sweeps it.
+func TestR13EarlyKillSwept(t *testing.T) {
+	needRoot(t)
+	root := "/run/airlock"
+	// A state directory as a supervisor that died leaves it: its owner
+	// pid is not alive. The control is a directory whose owner is alive.
+	dead := filepath.Join(root, "e2e-dead-owner")
+	live := filepath.Join(root, "e2e-live-owner")
+	for dir, owner := range map[string]string{dead: `{"owner": 2147483000, "owner_start": "1"}`, live: ownerJSON(t)} {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "state.json"), []byte(owner), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer os.RemoveAll(live)
+	mustOK(t, run(t, opts{}, nil, "true"), "next run")
+	if !poll(10*time.Second, func() bool { _, err := os.Stat(dead); return err != nil }) {
+		t.Errorf("state of a dead supervisor %s not swept by the next run", dead)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("control: state of a live supervisor %s was swept: %v", live, err)
+	}
+}
+
+// ownerJSON is a state file naming this test process as the owner.
+func ownerJSON(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return fmt.Sprintf(`{"owner": %d, "owner_start": %q}`, os.Getpid(), f[19])
+}
+
+// reaperRunning reports whether a reaper process for stateDir exists.
+func reaperRunning(stateDir string) bool {
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		b, err := os.ReadFile("/proc/" + p.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(b), "__sandbox-reap\x00"+stateDir) {
+			return true
+		}
+	}
+	return false
 }

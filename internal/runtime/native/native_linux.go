@@ -44,6 +44,12 @@ const (
 	defaultShm  = 64 << 20
 )
 
+// reaperDelay is how long a sandbox lives before its reaper starts. Most
+// one-shot commands end sooner and never pay for a second process; if the
+// supervisor is killed inside this window, the next airlock to start sweeps
+// what it left (see sweep).
+const reaperDelay = 100 * time.Millisecond
+
 // setupTimeout bounds how long the init may take to build the sandbox.
 const setupTimeout = 30 * time.Second
 
@@ -100,8 +106,11 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 
 	id := newID()
 	root := r.stateRoot()
-	// Clearing what dead supervisors left is not on this sandbox's path.
-	go sweep(root)
+	// Clearing what dead supervisors left is not on this sandbox's path;
+	// Destroy waits for it so a short-lived supervisor finishes the job.
+	swept := make(chan struct{})
+	go func() { sweep(root); close(swept) }()
+	cu.add(func() { <-swept })
 	if err := os.MkdirAll(root, 0o711); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
@@ -114,7 +123,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, err
 	}
 
-	sb := &sandbox{id: id, stateDir: stateDir, procs: map[uint64]*process{}, done: make(chan struct{})}
+	sb := &sandbox{id: id, stateDir: stateDir, procs: map[uint64]*process{}, done: make(chan struct{}), swept: swept}
 	sb.info = runtime.Info{ID: id, Runtime: r.Name(), Rootless: os.Geteuid() != 0, Steps: steps}
 
 	ws := spec.Workspace
@@ -192,22 +201,6 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	exe := r.Exe
 	if exe == "" {
 		exe = "/proc/self/exe"
-	}
-	// The reaper starts alongside the init, off the critical path.
-	reaperc := make(chan error, 1)
-	if r.Reaper {
-		go func() {
-			w, err := startReaper(exe, stateDir)
-			sb.reaper = w
-			reaperc <- err
-		}()
-		cu.add(func() {
-			// Create failed: wait for the reaper to be started, then
-			// let it go (it finds the state gone, or finishes the job).
-			if err := <-reaperc; err == nil {
-				sb.reaper.Close()
-			}
-		})
 	}
 	cmd := &exec.Cmd{
 		Path:       exe,
@@ -318,9 +311,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		}
 	}
 	if r.Reaper {
-		if err := <-reaperc; err != nil {
-			return nil, err
-		}
+		sb.startReaperLater(exe, reaperDelay)
 	}
 	go sb.readLoop()
 	return sb, nil

@@ -30,8 +30,13 @@ type sandbox struct {
 	cg            *cgroup.Cgroup
 	cmd           *exec.Cmd
 	exited        chan struct{} // closed when the init has exited
+	swept         chan struct{} // closed when the sweep Create started is done
 	conn          *agent.Conn
-	reaper        *os.File // write end of the reaper's pipe, or nil
+
+	reaperMu    sync.Mutex
+	reaperTimer *time.Timer
+	reaper      *os.File // write end of the reaper's pipe, or nil
+	destroyed   bool
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -187,9 +192,8 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 		if err := os.RemoveAll(sb.stateDir); err != nil {
 			errs = append(errs, err)
 		}
-		if sb.reaper != nil {
-			sb.reaper.Close()
-		}
+		sb.stopReaper()
+		<-sb.swept
 	})
 	return errors.Join(errs...)
 }
@@ -252,5 +256,38 @@ func (p *process) Wait(ctx context.Context) (runtime.ExitStatus, error) {
 		return runtime.ExitStatus{Signal: int(unix.SIGKILL)}, ErrSandboxGone
 	case <-ctx.Done():
 		return runtime.ExitStatus{}, ctx.Err()
+	}
+}
+
+// startReaperLater starts the reaper after delay unless the sandbox is
+// destroyed first.
+func (sb *sandbox) startReaperLater(exe string, delay time.Duration) {
+	sb.reaperMu.Lock()
+	defer sb.reaperMu.Unlock()
+	sb.reaperTimer = time.AfterFunc(delay, func() {
+		sb.reaperMu.Lock()
+		defer sb.reaperMu.Unlock()
+		if sb.destroyed {
+			return
+		}
+		if w, err := startReaper(exe, sb.stateDir); err == nil {
+			sb.reaper = w
+		}
+		// Without a reaper, the next airlock's sweep is the fallback.
+	})
+}
+
+// stopReaper releases the reaper once the sandbox is gone: it wakes, finds
+// the state directory removed, and exits.
+func (sb *sandbox) stopReaper() {
+	sb.reaperMu.Lock()
+	defer sb.reaperMu.Unlock()
+	sb.destroyed = true
+	if sb.reaperTimer != nil {
+		sb.reaperTimer.Stop()
+	}
+	if sb.reaper != nil {
+		sb.reaper.Close()
+		sb.reaper = nil
 	}
 }
