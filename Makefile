@@ -11,7 +11,7 @@ build:
 # end-to-end probes against the real binary (as root they also re-run as the
 # unprivileged user nobody).
 test: vet
-	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -p 1 -timeout 20m ./...
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt: files above need formatting'; exit 1; }

@@ -110,6 +110,21 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 	return master, slave
 }
 
+// startOnPTY starts airlock with the pseudo-terminal slave as its
+// controlling terminal and stdio, and closes this process's copy of it.
+func startOnPTY(t *testing.T, ctx context.Context, slave *os.File, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := command(ctx, opts{}, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	err := cmd.Start()
+	slave.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
 // ttyRun runs airlock with a new pseudo-terminal as its controlling
 // terminal and stdio, and returns what the master read and the exit code.
 func ttyRun(t *testing.T, args ...string) (string, int) {
@@ -119,14 +134,7 @@ func ttyRun(t *testing.T, args ...string) (string, int) {
 	defer master.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
-	cmd := command(ctx, opts{}, args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	if err := cmd.Start(); err != nil {
-		slave.Close()
-		t.Fatal(err)
-	}
-	slave.Close()
+	cmd := startOnPTY(t, ctx, slave, args...)
 	outc := make(chan string, 1)
 	go func() {
 		var b strings.Builder

@@ -181,19 +181,29 @@ func command(ctx context.Context, o opts, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// airlock runs the binary with args and returns what it did.
-func airlock(t testing.TB, o opts, args ...string) result {
+// runContext skips the test when o cannot run here and bounds one run.
+func runContext(t testing.TB, o opts) (context.Context, context.CancelFunc) {
 	t.Helper()
 	if o.nobody {
 		needRoot(t)
 	} else {
 		need(t)
 	}
-	d := o.timeout
-	if d == 0 {
-		d = runTimeout
+	return context.WithTimeout(context.Background(), runTimeoutOf(o))
+}
+
+// runTimeoutOf is the hang guard of one run.
+func runTimeoutOf(o opts) time.Duration {
+	if o.timeout != 0 {
+		return o.timeout
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	return runTimeout
+}
+
+// airlock runs the binary with args and returns what it did.
+func airlock(t testing.TB, o opts, args ...string) result {
+	t.Helper()
+	ctx, cancel := runContext(t, o)
 	defer cancel()
 	cmd := command(ctx, o, args...)
 	var stdout, stderr bytes.Buffer
@@ -216,7 +226,7 @@ func airlock(t testing.TB, o opts, args ...string) result {
 		t.Fatalf("airlock %q: %v", args, err)
 	}
 	if ctx.Err() != nil {
-		t.Fatalf("airlock %q did not finish within %s (hang guard)\n%s", args, d, r)
+		t.Fatalf("airlock %q did not finish within %s (hang guard)\n%s", args, runTimeoutOf(o), r)
 	}
 	return r
 }
@@ -380,16 +390,7 @@ func (lr *lineReader) waitFor(t testing.TB, re *regexp.Regexp, d time.Duration) 
 // start starts airlock in the background; it is killed at the end of the test.
 func start(t testing.TB, o opts, args ...string) *bg {
 	t.Helper()
-	if o.nobody {
-		needRoot(t)
-	} else {
-		need(t)
-	}
-	d := o.timeout
-	if d == 0 {
-		d = runTimeout
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := runContext(t, o)
 	cmd := command(ctx, o, args...)
 	so, err := cmd.StdoutPipe()
 	if err != nil {

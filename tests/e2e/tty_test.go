@@ -29,14 +29,7 @@ signal.signal(signal.SIGWINCH, lambda *a: print("winch", "%dx%d" % tuple(os.get_
 print("ready", flush=True)
 time.sleep(30)
 print("not interrupted", flush=True)`
-	cmd := command(ctx, opts{}, "run", "--", "/usr/bin/python3", "-c", script)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	if err := cmd.Start(); err != nil {
-		slave.Close()
-		t.Fatal(err)
-	}
-	slave.Close()
+	cmd := startOnPTY(t, ctx, slave, "run", "--", "/usr/bin/python3", "-c", script)
 	lines := make(chan string, 64)
 	go func() {
 		sc := bufio.NewScanner(master)

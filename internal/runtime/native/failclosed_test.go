@@ -15,12 +15,19 @@ import (
 	"github.com/airlock-dev/airlock/internal/sandbox"
 )
 
-func stateEntries(t *testing.T) int {
-	e, _ := os.ReadDir(native.DefaultStateRoot())
-	return len(e)
+// stateEntries counts the sandbox state directories (not the shared cache).
+func stateEntries(rt *native.Runtime) int {
+	entries, _ := os.ReadDir(rt.StateRoot)
+	n := 0
+	for _, e := range entries {
+		if e.Name() != "cache" {
+			n++
+		}
+	}
+	return n
 }
 
-func create(t *testing.T, p *policy.Policy, mutate func(*runtime.Spec)) (runtime.Sandbox, error) {
+func create(t *testing.T, rt *native.Runtime, p *policy.Policy, mutate func(*runtime.Spec)) (runtime.Sandbox, error) {
 	t.Helper()
 	spec, err := sandbox.Spec(p, sandbox.Opts{})
 	if err != nil {
@@ -29,7 +36,7 @@ func create(t *testing.T, p *policy.Policy, mutate func(*runtime.Spec)) (runtime
 	if mutate != nil {
 		mutate(spec)
 	}
-	return (&native.Runtime{Exe: airlockBin}).Create(context.Background(), spec)
+	return rt.Create(context.Background(), spec)
 }
 
 // TestFailClosedSeccomp: a filter the kernel rejects stops the sandbox from
@@ -37,8 +44,9 @@ func create(t *testing.T, p *policy.Policy, mutate func(*runtime.Spec)) (runtime
 // control is the same spec with the real filter.
 func TestFailClosedSeccomp(t *testing.T) {
 	needRoot(t)
-	before := stateEntries(t)
-	_, err := create(t, &policy.Policy{}, func(s *runtime.Spec) {
+	rt := privateRuntime(t)
+	before := stateEntries(rt)
+	_, err := create(t, rt, &policy.Policy{}, func(s *runtime.Spec) {
 		// An out-of-range jump: the kernel's verifier refuses it.
 		s.Seccomp = []runtime.SockFilter{{Code: 0x05, K: 1000}}
 	})
@@ -49,10 +57,10 @@ func TestFailClosedSeccomp(t *testing.T) {
 	if !strings.Contains(err.Error(), "--insecure-no-seccomp") {
 		t.Errorf("error does not name the opt-out: %v", err)
 	}
-	if after := stateEntries(t); after != before {
+	if after := stateEntries(rt); after != before {
 		t.Errorf("state entries: %d before, %d after a failed create", before, after)
 	}
-	sb, err := create(t, &policy.Policy{}, nil)
+	sb, err := create(t, rt, &policy.Policy{}, nil)
 	if err != nil {
 		t.Fatalf("control: %v", err)
 	}
@@ -62,7 +70,8 @@ func TestFailClosedSeccomp(t *testing.T) {
 // TestFailClosedNoFilter: a spec without a filter and without the explicit
 // opt-out is refused before anything is created.
 func TestFailClosedNoFilter(t *testing.T) {
-	_, err := create(t, &policy.Policy{}, func(s *runtime.Spec) { s.Seccomp = nil })
+	rt := privateRuntime(t)
+	_, err := create(t, rt, &policy.Policy{}, func(s *runtime.Spec) { s.Seccomp = nil })
 	var le *native.LayerError
 	if !errors.As(err, &le) || le.Layer != "seccomp" {
 		t.Fatalf("err = %v, want a seccomp layer error", err)
@@ -79,16 +88,17 @@ func TestBindTargetThroughSymlinkRefused(t *testing.T) {
 	}
 	src := t.TempDir()
 	os.WriteFile(src+"/f", []byte("bound"), 0o644)
-	before := stateEntries(t)
-	_, err := create(t, &policy.Policy{Filesystem: policy.Filesystem{Binds: []policy.Bind{{Source: src, Target: "/lib64/evil"}}}}, nil)
+	rt := privateRuntime(t)
+	before := stateEntries(rt)
+	_, err := create(t, rt, &policy.Policy{Filesystem: policy.Filesystem{Binds: []policy.Bind{{Source: src, Target: "/lib64/evil"}}}}, nil)
 	if err == nil || !strings.Contains(err.Error(), "symlink") {
 		t.Fatalf("err = %v, want a refusal naming the symlink", err)
 	}
-	if after := stateEntries(t); after != before {
+	if after := stateEntries(rt); after != before {
 		t.Errorf("state entries: %d before, %d after a failed create", before, after)
 	}
 	rw := t.TempDir()
-	sb, err := create(t, &policy.Policy{Filesystem: policy.Filesystem{Binds: []policy.Bind{
+	sb, err := create(t, rt, &policy.Policy{Filesystem: policy.Filesystem{Binds: []policy.Bind{
 		{Source: src, Target: "/mnt/data"}, {Source: rw, Target: "/data/rw", Writable: true},
 	}}}, nil)
 	if err != nil {

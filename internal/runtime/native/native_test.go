@@ -43,6 +43,22 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// privateRuntime returns a runtime with a state root of its own, so that a
+// test can count its state directories while other packages' tests create
+// sandboxes in parallel.
+func privateRuntime(t *testing.T) *native.Runtime {
+	t.Helper()
+	// Not t.TempDir: its parent is private to root, and root inside the
+	// sandbox is an unprivileged host uid that must traverse the path.
+	root, err := os.MkdirTemp("", "airlock-test-state-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	os.Chmod(root, 0o711)
+	return &native.Runtime{Exe: airlockBin, StateRoot: root}
+}
+
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -231,18 +247,15 @@ func TestSupervisorNoLeaks(t *testing.T) {
 		b, _ := os.ReadFile("/proc/self/mountinfo")
 		return bytes.Count(b, []byte("\n"))
 	}
-	// One warm-up so caches (the /etc cache, lazily opened files) exist.
-	sb := newSandbox(t, &policy.Policy{})
-	run(t, sb, "/bin/true")
-	sb.Destroy(context.Background())
-
-	fds0, mounts0, state0 := count("/proc/self/fd"), mounts(), count(native.DefaultStateRoot())
-	for i := 0; i < 200; i++ {
+	// A state root of its own, so that sandboxes of tests running in
+	// parallel (other packages) do not count.
+	rt := privateRuntime(t)
+	cycle := func(i int) {
 		spec, err := sandbox.Spec(&policy.Policy{}, sandbox.Opts{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		sb, err := (&native.Runtime{Exe: airlockBin}).Create(context.Background(), spec)
+		sb, err := rt.Create(context.Background(), spec)
 		if err != nil {
 			t.Fatalf("cycle %d: %v", i, err)
 		}
@@ -253,13 +266,19 @@ func TestSupervisorNoLeaks(t *testing.T) {
 			t.Fatalf("cycle %d destroy: %v", i, err)
 		}
 	}
+	// One warm-up so caches (the /etc cache, lazily opened files) exist.
+	cycle(-1)
+	fds0, mounts0, state0 := count("/proc/self/fd"), mounts(), count(rt.StateRoot)
+	for i := 0; i < 200; i++ {
+		cycle(i)
+	}
 	if fds := count("/proc/self/fd"); fds != fds0 {
 		t.Errorf("open descriptors: %d after, %d before", fds, fds0)
 	}
 	if m := mounts(); m != mounts0 {
 		t.Errorf("host mounts: %d after, %d before", m, mounts0)
 	}
-	if s := count(native.DefaultStateRoot()); s != state0 {
+	if s := count(rt.StateRoot); s != state0 {
 		t.Errorf("state directories: %d after, %d before", s, state0)
 	}
 }
