@@ -75,7 +75,10 @@ func dropPrivileges() error {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
 		}
 	}
-	if err := allThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
+	// On this thread explicitly; on the others the capset below clears the
+	// ambient set with the permitted one (the kernel keeps ambient a subset
+	// of permitted and inheritable).
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
 		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
 	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, secureBits, 0); err != nil {
