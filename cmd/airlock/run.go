@@ -66,7 +66,7 @@ environment is passed unless asked for.`,
 	fl.StringArrayVar(&f.denySyscalls, "deny-syscall", nil, "syscall to deny besides the default seccomp profile (repeatable)")
 	fl.StringVar(&f.memory, "memory", "", "memory limit (e.g. 512MiB; default 2GiB)")
 	fl.StringVar(&f.swap, "swap", "", "swap allowed on top of memory (default 0)")
-	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads (default 1024)")
+	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads of the command (default 1024; airlock's agent comes on top)")
 	fl.Float64Var(&f.cpu, "cpu", 0, "CPU cores (e.g. 1.5; default no cap)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "wall-clock limit; the whole sandbox is killed when it expires (exit 124)")
 	fl.StringVar(&f.disk, "disk", "", "size of the writable copy-on-write layer (default 1GiB)")

@@ -798,3 +798,16 @@ func sweepDirs(tops []string, grace time.Duration, now time.Time) (int, error) {
 	}
 	return removed, errors.Join(errs...)
 }
+
+// SetPids changes the pids limit of a cgroup created with one (v1 and v2:
+// pids.max). It fails for a cgroup that has no pids controller.
+func (c *Cgroup) SetPids(n int64) error {
+	if n <= 0 {
+		return fmt.Errorf("cgroup: invalid pids limit %d: must be > 0", n)
+	}
+	dir := c.dirOf("pids")
+	if dir == "" {
+		return errors.New("cgroup: no pids controller in this cgroup")
+	}
+	return writeFile(filepath.Join(dir, "pids.max"), strconv.FormatInt(n, 10))
+}

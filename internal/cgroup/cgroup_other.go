@@ -31,3 +31,6 @@ func (c *Cgroup) OOMKilled() bool                   { return false }
 func (c *Cgroup) Freeze() error                     { return errNotSupported }
 func (c *Cgroup) Thaw() error                       { return errNotSupported }
 func (c *Cgroup) Paths() []string                   { return nil }
+
+// SetPids fails: cgroups are Linux only.
+func (c *Cgroup) SetPids(n int64) error { return errNotSupported }

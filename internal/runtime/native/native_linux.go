@@ -20,6 +20,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -96,6 +98,14 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	if !spec.Insecure.NoSeccomp && len(spec.Seccomp) == 0 {
 		return nil, &LayerError{Layer: layerSeccomp, Err: errors.New("no seccomp filter in the spec"), Fix: "compile the default profile, or pass --insecure-no-seccomp"}
 	}
+	if spec.Image != "" {
+		if fi, err := os.Stat(spec.Image); err != nil || !fi.IsDir() {
+			if err == nil {
+				err = errors.New("not a directory")
+			}
+			return nil, &LayerError{Layer: layerFilesystem, Err: fmt.Errorf("image %s: %w", spec.Image, err), Fix: "--image takes a root filesystem directory"}
+		}
+	}
 	steps := map[string]time.Duration{}
 	var cu cleanup
 	defer func() {
@@ -171,7 +181,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	newCgroup := func() error {
 		t0 := time.Now()
 		cg, err := cgroup.New(spec.CgroupParent, cgroup.Prefix+"/"+id, cgroup.Limits{
-			Memory: spec.Limits.Memory, Swap: spec.Limits.Swap, Pids: spec.Limits.Pids, CPU: spec.Limits.CPU,
+			Memory: spec.Limits.Memory, Swap: spec.Limits.Swap, Pids: pidsLimit(spec.Limits.Pids), CPU: spec.Limits.CPU,
 		})
 		if err != nil {
 			return &LayerError{Layer: layerCgroups, Err: err, Fix: "run as root, delegate a cgroup to this user (--cgroup-parent), or pass --insecure-no-cgroups to run without resource limits"}
@@ -203,9 +213,12 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		exe = "/proc/self/exe"
 	}
 	cmd := &exec.Cmd{
-		Path:       exe,
-		Args:       []string{"airlock", InitArg},
-		Env:        []string{},
+		Path: exe,
+		Args: []string{"airlock", InitArg},
+		// One P is plenty for the agent, and fewer threads make the
+		// all-threads syscalls of setup cheaper and leave the pids
+		// limit to the sandbox's own processes.
+		Env:        []string{"GOMAXPROCS=1"},
 		ExtraFiles: []*os.File{childEnd},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
@@ -304,6 +317,15 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		steps["init."+k] = time.Duration(v)
 	}
 	sb.info.LandlockABI = ready.LandlockABI
+	if sb.cg != nil && spec.Limits.Pids > 0 {
+		n, err := threadsOf(cmd.Process.Pid)
+		if err == nil {
+			err = sb.cg.SetPids(spec.Limits.Pids + n + agentSparePids)
+		}
+		if err != nil {
+			return nil, &LayerError{Layer: layerCgroups, Err: fmt.Errorf("set the pids limit: %w", err)}
+		}
+	}
 	sb.placeholders = ready.Placeholders
 	if len(sb.placeholders) > 0 || sb.cg != nil {
 		if err := writeState(stateDir, ws, sb.placeholders, sb.info.CgroupPaths); err != nil {
@@ -493,6 +515,39 @@ func detachedMount(path string, usernsFD int, readOnly bool) (*os.File, error) {
 		return nil, fmt.Errorf("idmap %s: %w", path, err)
 	}
 	return os.NewFile(uintptr(fd), path), nil
+}
+
+// The agent (PID 1) is a Go program whose threads count against the pids
+// limit. While it starts, the limit has room for agentStartupPids of them;
+// once it is ready, the supervisor reads how many threads it has (from the
+// host, not from the agent) and sets the limit to the user's number plus
+// those plus agentSparePids, so that --pids N means N for the sandbox's own
+// processes and threads, and a fork bomb cannot starve the agent of the
+// threads it already runs with.
+const (
+	agentStartupPids = 32
+	agentSparePids   = 4
+)
+
+func pidsLimit(pids int64) int64 {
+	if pids <= 0 {
+		return 0
+	}
+	return pids + agentStartupPids
+}
+
+// threadsOf counts the threads of a host process.
+func threadsOf(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, errors.New("no Threads line")
 }
 
 // isCgroup2 reports a pure cgroup v2 host (cgroup2 mounted at
