@@ -148,3 +148,29 @@ func TestRootlessTimeout(t *testing.T) {
 		t.Errorf("want 124\n%s", r)
 	}
 }
+
+// A state root that someone else prepared (a symlink to a directory they
+// control, as in a shared /tmp) is refused; the control is a private one.
+func TestRootlessStateRootTampered(t *testing.T) {
+	o := nobody(t)
+	evil := nobodyDir(t)
+	if err := os.Chmod(evil, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	runtimeDir := nobodyDir(t)
+	if err := os.Symlink(evil, filepath.Join(runtimeDir, "airlock")); err != nil {
+		t.Fatal(err)
+	}
+	o.env = []string{"XDG_RUNTIME_DIR=" + runtimeDir}
+	r := sh(t, o, nil, "echo ran")
+	if r.code != 125 || !strings.Contains(r.stderr, "state directory") {
+		t.Errorf("want exit 125 refusing the state directory\n%s", r)
+	}
+	if entries, _ := os.ReadDir(evil); len(entries) != 0 {
+		t.Errorf("airlock wrote into the foreign directory: %v", entries)
+	}
+	o.env = []string{"XDG_RUNTIME_DIR=" + nobodyDir(t)}
+	if r := sh(t, o, nil, "echo ran"); r.code != 0 || !strings.Contains(r.stdout, "ran") {
+		t.Errorf("control: a private runtime directory works\n%s", r)
+	}
+}

@@ -121,8 +121,8 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	swept := make(chan struct{})
 	go func() { sweep(root); close(swept) }()
 	cu.add(func() { <-swept })
-	if err := os.MkdirAll(root, 0o711); err != nil {
-		return nil, fmt.Errorf("state directory: %w", err)
+	if err := ensureStateRoot(root); err != nil {
+		return nil, err
 	}
 	stateDir := filepath.Join(root, id)
 	if err := os.Mkdir(stateDir, 0o711); err != nil {
@@ -548,6 +548,23 @@ func threadsOf(pid int) (int64, error) {
 		}
 	}
 	return 0, errors.New("no Threads line")
+}
+
+// ensureStateRoot creates the state root and refuses one that someone else
+// could tamper with (in a shared /tmp, another user could have made it
+// first, or made it a symlink).
+func ensureStateRoot(root string) error {
+	if err := os.MkdirAll(root, 0o711); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(root, &st); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		return fmt.Errorf("state directory %s must be a directory owned by uid %d and writable only by it; remove it or set XDG_RUNTIME_DIR", root, os.Geteuid())
+	}
+	return nil
 }
 
 // isCgroup2 reports a pure cgroup v2 host (cgroup2 mounted at
