@@ -162,16 +162,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
 
-	uid, gid := os.Getuid(), os.Getgid()
-	idmapWorkspace := false
-	if !sb.info.Rootless {
-		if wst.Uid != 0 {
-			uid, gid = int(wst.Uid), int(wst.Gid)
-		} else {
-			uid, gid = DefaultSandboxUID, DefaultSandboxUID
-			idmapWorkspace = true
-		}
-	}
+	uid, gid, idmapWorkspace := hostIDs(sb.info.Rootless, &wst)
 	sb.info.HostUID = uid
 
 	// On cgroup v2 the init is cloned straight into its cgroup, which must
@@ -212,26 +203,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	if exe == "" {
 		exe = "/proc/self/exe"
 	}
-	cmd := &exec.Cmd{
-		Path: exe,
-		Args: []string{"airlock", InitArg},
-		// One P is plenty for the agent, and fewer threads make the
-		// all-threads syscalls of setup cheaper and leave the pids
-		// limit to the sandbox's own processes.
-		Env:        []string{"GOMAXPROCS=1"},
-		ExtraFiles: []*os.File{childEnd},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
-				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}},
-			GidMappingsEnableSetgroups: false,
-			// Become root of the new user namespace (the host uid above).
-			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
-			Setsid:     true,
-			Pdeathsig:  unix.SIGKILL,
-		},
-	}
+	cmd := initCommand(exe, uid, gid, childEnd)
 	if sb.cg != nil {
 		if fd, ok := sb.cg.FD(); ok {
 			cmd.SysProcAttr.UseCgroupFD = true
@@ -262,36 +234,14 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		steps["cgroups"] += time.Since(t0)
 	}
 
-	st := &setup{
-		StateDir: stateDir, Image: spec.Image, Workspace: ws, Deny: spec.Deny, Hostname: "sandbox",
-		Disk: orDefault(spec.Limits.Disk, defaultDisk), Tmp: orDefault(spec.Limits.Tmp, defaultTmp), Shm: orDefault(spec.Limits.Shm, defaultShm),
-		NoFile: spec.Limits.NoFile, FileSize: spec.Limits.FileSize,
-		Seccomp: spec.Seccomp, NoSeccomp: spec.Insecure.NoSeccomp, NoLandlock: spec.Insecure.NoLandlock,
-	}
-	if !sb.tempWorkspace {
-		st.Protected = spec.Protected
-	}
-	if st.Mounts, err = bindMounts(spec); err != nil {
-		return nil, &LayerError{Layer: layerFilesystem, Err: err, Fix: "check the bind sources"}
-	}
-	if spec.Image == "" {
-		if st.Etc, err = etcCache(root); err != nil {
-			return nil, &LayerError{Layer: layerFilesystem, Err: err}
-		}
-	}
-	var fds []*os.File
+	st, fds, err := sb.buildSetup(spec, root, cmd.Process.Pid, idmapWorkspace)
 	defer func() {
 		for _, f := range fds {
 			f.Close()
 		}
 	}()
-	if !sb.info.Rootless {
-		t0 = time.Now()
-		fds, st.IDMapped, err = idmappedMounts(cmd.Process.Pid, spec.Image, st.Etc, ws, idmapWorkspace, st.Mounts)
-		if err != nil {
-			return nil, &LayerError{Layer: layerFilesystem, Err: err, Fix: "idmapped mounts need Linux >= 5.19 and a filesystem that supports them"}
-		}
-		steps["idmap"] = time.Since(t0)
+	if err != nil {
+		return nil, err
 	}
 
 	t0 = time.Now()
@@ -337,6 +287,81 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	}
 	go sb.readLoop()
 	return sb, nil
+}
+
+// buildSetup assembles the init's setup and, as root, the detached mounts
+// that go with it (the caller closes them once sent).
+func (sb *sandbox) buildSetup(spec *runtime.Spec, root string, pid int, idmapWorkspace bool) (*setup, []*os.File, error) {
+	st := &setup{
+		StateDir: sb.stateDir, Image: spec.Image, Workspace: sb.workspace, Deny: spec.Deny, Hostname: "sandbox",
+		Disk: orDefault(spec.Limits.Disk, defaultDisk), Tmp: orDefault(spec.Limits.Tmp, defaultTmp), Shm: orDefault(spec.Limits.Shm, defaultShm),
+		NoFile: spec.Limits.NoFile, FileSize: spec.Limits.FileSize,
+		Seccomp: spec.Seccomp, NoSeccomp: spec.Insecure.NoSeccomp, NoLandlock: spec.Insecure.NoLandlock,
+	}
+	if !sb.tempWorkspace {
+		st.Protected = spec.Protected
+	}
+	var err error
+	if st.Mounts, err = bindMounts(spec); err != nil {
+		return nil, nil, &LayerError{Layer: layerFilesystem, Err: err, Fix: "check the bind sources"}
+	}
+	if spec.Image == "" {
+		if st.Etc, err = etcCache(root); err != nil {
+			return nil, nil, &LayerError{Layer: layerFilesystem, Err: err}
+		}
+	}
+	if sb.info.Rootless {
+		return st, nil, nil
+	}
+	t0 := time.Now()
+	fds, names, err := idmappedMounts(pid, spec.Image, st.Etc, sb.workspace, idmapWorkspace, st.Mounts)
+	if err != nil {
+		return nil, nil, &LayerError{Layer: layerFilesystem, Err: err, Fix: "idmapped mounts need Linux >= 5.19 and a filesystem that supports them"}
+	}
+	st.IDMapped = names
+	sb.info.Steps["idmap"] = time.Since(t0)
+	return st, fds, nil
+}
+
+// hostIDs chooses the host uid and gid that root inside the sandbox maps
+// to: the caller when rootless; as root, the workspace's owner, or
+// DefaultSandboxUID for a root-owned workspace, which is then attached
+// idmapped (so its files still appear owned by root inside).
+func hostIDs(rootless bool, ws *unix.Stat_t) (uid, gid int, idmapWorkspace bool) {
+	switch {
+	case rootless:
+		return os.Getuid(), os.Getgid(), false
+	case ws.Uid != 0:
+		return int(ws.Uid), int(ws.Gid), false
+	default:
+		return DefaultSandboxUID, DefaultSandboxUID, true
+	}
+}
+
+// initCommand is the sandbox's init: this binary, re-executed in new user,
+// mount, PID, network, IPC and UTS namespaces as root of the new user
+// namespace (host uid and gid given), with the control channel as fd 3.
+func initCommand(exe string, uid, gid int, control *os.File) *exec.Cmd {
+	return &exec.Cmd{
+		Path: exe,
+		Args: []string{"airlock", InitArg},
+		// One P is plenty for the agent, and fewer threads make the
+		// all-threads syscalls of setup cheaper and leave the pids
+		// limit to the sandbox's own processes.
+		Env:        []string{"GOMAXPROCS=1"},
+		ExtraFiles: []*os.File{control},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}},
+			GidMappingsEnableSetgroups: false,
+			// Become root of the new user namespace (the host uid above).
+			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
+			Setsid:     true,
+			Pdeathsig:  unix.SIGKILL,
+		},
+	}
 }
 
 func (sb *sandbox) awaitReady(ctx context.Context) (*agent.Ready, error) {
@@ -390,131 +415,6 @@ func fixFor(layer string) string {
 		return "check the image, workspace and bind paths"
 	}
 	return ""
-}
-
-// idmappedMounts makes detached, idmapped copies of the host system
-// directories (or the image) and, when asked, of the workspace, mapped
-// through the sandbox's user namespace so that files owned by host root
-// appear owned by root inside. Only a root supervisor can make them.
-func idmappedMounts(pid int, image, etc, workspace string, withWorkspace bool, binds []bindMount) ([]*os.File, []string, error) {
-	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
-	if err != nil {
-		return nil, nil, err
-	}
-	defer ns.Close()
-	var files []*os.File
-	var names []string
-	add := func(path, name string, readOnly bool) error {
-		f, err := detachedMount(path, int(ns.Fd()), readOnly)
-		if err != nil {
-			return err
-		}
-		files = append(files, f)
-		names = append(names, name)
-		return nil
-	}
-	fail := func(err error) ([]*os.File, []string, error) {
-		for _, f := range files {
-			f.Close()
-		}
-		return nil, nil, err
-	}
-	if image != "" {
-		if err := add(image, "image", true); err != nil {
-			return fail(err)
-		}
-	} else {
-		for _, d := range hostSystemDirs {
-			fi, err := os.Lstat(d)
-			if err != nil || !fi.IsDir() {
-				continue
-			}
-			if err := add(d, d, true); err != nil {
-				return fail(err)
-			}
-		}
-		if err := add(etc, "etc", true); err != nil {
-			return fail(err)
-		}
-	}
-	if withWorkspace {
-		if err := add(workspace, "workspace", false); err != nil {
-			return fail(err)
-		}
-	}
-	for i, b := range binds {
-		// Files owned by host root appear owned by root inside; a source
-		// owned by anyone else is passed as it is (root inside may be
-		// that user, see Create).
-		var st unix.Stat_t
-		if err := unix.Stat(b.Source, &st); err != nil {
-			return fail(fmt.Errorf("bind source %s: %w", b.Source, err))
-		}
-		nsFD := int(ns.Fd())
-		if st.Uid != 0 {
-			nsFD = -1
-		}
-		f, err := detachedMount(b.Source, nsFD, !b.Writable)
-		if err != nil {
-			return fail(err)
-		}
-		files = append(files, f)
-		names = append(names, fmt.Sprintf("bind:%d", i))
-	}
-	return files, names, nil
-}
-
-// bindMounts lists the extra bind mounts of spec in the order the policy
-// gives them, with the kind of each source.
-func bindMounts(spec *runtime.Spec) ([]bindMount, error) {
-	var out []bindMount
-	add := func(src, dst string, rw bool) error {
-		fi, err := os.Stat(src)
-		if err != nil {
-			return fmt.Errorf("bind source: %w", err)
-		}
-		out = append(out, bindMount{Source: src, Target: dst, Writable: rw, Dir: fi.IsDir()})
-		return nil
-	}
-	for _, p := range spec.ReadOnly {
-		if err := add(p, p, false); err != nil {
-			return nil, err
-		}
-	}
-	for _, p := range spec.Writable {
-		if err := add(p, p, true); err != nil {
-			return nil, err
-		}
-	}
-	for _, b := range spec.Binds {
-		if err := add(b.Source, b.Target, b.Writable); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-// detachedMount makes a detached copy of the mount tree at path
-// (open_tree), idmapped through the user namespace usernsFD unless it is
-// negative, and read-only if asked.
-func detachedMount(path string, usernsFD int, readOnly bool) (*os.File, error) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
-	if err != nil {
-		return nil, fmt.Errorf("open_tree %s: %w", path, err)
-	}
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
-	if usernsFD >= 0 {
-		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
-		attr.Userns_fd = uint64(usernsFD)
-	}
-	if readOnly {
-		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
-	}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("idmap %s: %w", path, err)
-	}
-	return os.NewFile(uintptr(fd), path), nil
 }
 
 // The agent (PID 1) is a Go program whose threads count against the pids
