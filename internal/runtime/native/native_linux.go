@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -203,24 +202,25 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	if exe == "" {
 		exe = "/proc/self/exe"
 	}
-	cmd := initCommand(exe, uid, gid, childEnd)
+	attr := initAttr(uid, gid, childEnd)
 	if sb.cg != nil {
 		if fd, ok := sb.cg.FD(); ok {
-			cmd.SysProcAttr.UseCgroupFD = true
-			cmd.SysProcAttr.CgroupFD = fd
+			attr.Sys.UseCgroupFD = true
+			attr.Sys.CgroupFD = fd
 		}
 	}
 	t0 := time.Now()
-	err = cmd.Start()
+	pid, err := syscall.ForkExec(exe, []string{"airlock", InitArg}, attr)
 	childEnd.Close()
 	if err != nil {
 		return nil, &LayerError{Layer: layerNamespaces, Err: fmt.Errorf("start sandbox init: %w", err),
 			Fix: "airlock needs user namespaces: check that /proc/sys/user/max_user_namespaces > 0 and, on Debian/Ubuntu, kernel.unprivileged_userns_clone=1 (or the AppArmor userns restriction) allows them, or run as root"}
 	}
 	steps["clone"] = time.Since(t0)
-	sb.cmd = cmd
+	sb.initPid, sb.initPidFD = pid, *attr.Sys.PidFD
 	sb.exited = make(chan struct{})
-	go func() { cmd.Wait(); close(sb.exited) }()
+	go sb.waitInit()
+	cu.add(sb.closePidFD)
 	cu.add(func() { sb.killInit(); <-sb.exited })
 
 	if !spec.Insecure.NoCgroups && !cgv2 {
@@ -228,13 +228,13 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 			return nil, err
 		}
 		t0 = time.Now()
-		if err := sb.cg.Add(cmd.Process.Pid); err != nil {
+		if err := sb.cg.Add(sb.initPid); err != nil {
 			return nil, &LayerError{Layer: layerCgroups, Err: err, Fix: "check cgroup permissions, or pass --insecure-no-cgroups"}
 		}
 		steps["cgroups"] += time.Since(t0)
 	}
 
-	st, fds, err := sb.buildSetup(spec, root, cmd.Process.Pid, idmapWorkspace)
+	st, fds, err := sb.buildSetup(spec, root, sb.initPid, idmapWorkspace)
 	defer func() {
 		for _, f := range fds {
 			f.Close()
@@ -268,7 +268,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	}
 	sb.info.LandlockABI = ready.LandlockABI
 	if sb.cg != nil && spec.Limits.Pids > 0 {
-		n, err := threadsOf(cmd.Process.Pid)
+		n, err := threadsOf(sb.initPid)
 		if err == nil {
 			err = sb.cg.SetPids(spec.Limits.Pids + n + agentSparePids)
 		}
@@ -338,19 +338,21 @@ func hostIDs(rootless bool, ws *unix.Stat_t) (uid, gid int, idmapWorkspace bool)
 	}
 }
 
-// initCommand is the sandbox's init: this binary, re-executed in new user,
-// mount, PID, network, IPC and UTS namespaces as root of the new user
-// namespace (host uid and gid given), with the control channel as fd 3.
-func initCommand(exe string, uid, gid int, control *os.File) *exec.Cmd {
-	return &exec.Cmd{
-		Path: exe,
-		Args: []string{"airlock", InitArg},
+// initAttr starts the sandbox's init: this binary, re-executed in new
+// user, mount, PID, network, IPC and UTS namespaces as root of the new user
+// namespace (host uid and gid given), with the control channel as fd 3 and
+// /dev/null as stdio. syscall.ForkExec rather than os/exec: it needs no
+// pidfd probe (a throwaway fork on first use) and hands back a pidfd, so the
+// init can be signalled without racing pid reuse.
+func initAttr(uid, gid int, control *os.File) *syscall.ProcAttr {
+	null := devNull.Fd()
+	return &syscall.ProcAttr{
 		// One P is plenty for the agent, and fewer threads make the
 		// all-threads syscalls of setup cheaper and leave the pids
 		// limit to the sandbox's own processes.
-		Env:        []string{"GOMAXPROCS=1"},
-		ExtraFiles: []*os.File{control},
-		SysProcAttr: &syscall.SysProcAttr{
+		Env:   []string{"GOMAXPROCS=1"},
+		Files: []uintptr{null, null, null, control.Fd()},
+		Sys: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
 				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
 			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}},
@@ -360,9 +362,19 @@ func initCommand(exe string, uid, gid int, control *os.File) *exec.Cmd {
 			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
 			Setsid:     true,
 			Pdeathsig:  unix.SIGKILL,
+			PidFD:      new(int),
 		},
 	}
 }
+
+// devNull is the stdio of every sandbox init.
+var devNull = func() *os.File {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		panic(err)
+	}
+	return f
+}()
 
 func (sb *sandbox) awaitReady(ctx context.Context) (*agent.Ready, error) {
 	type result struct {

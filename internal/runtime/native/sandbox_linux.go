@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -28,7 +27,9 @@ type sandbox struct {
 	tempWorkspace bool
 	placeholders  []string
 	cg            *cgroup.Cgroup
-	cmd           *exec.Cmd
+	initPid       int
+	pidfdMu       sync.Mutex
+	initPidFD     int           // -1 once closed
 	exited        chan struct{} // closed when the init has exited
 	swept         chan struct{} // closed when the sweep Create started is done
 	conn          *agent.Conn
@@ -160,11 +161,36 @@ func (sb *sandbox) Kill() error {
 }
 
 // killInit kills the sandbox's PID 1; the kernel then kills every process
-// in its PID namespace.
+// in its PID namespace. Through the pidfd: never another process that
+// reused the pid.
 func (sb *sandbox) killInit() {
-	if sb.cmd != nil && sb.cmd.Process != nil {
-		sb.cmd.Process.Signal(syscall.SIGKILL)
+	sb.pidfdMu.Lock()
+	defer sb.pidfdMu.Unlock()
+	if sb.initPidFD >= 0 {
+		unix.PidfdSendSignal(sb.initPidFD, unix.SIGKILL, nil, 0)
 	}
+}
+
+// closePidFD releases the init's pidfd once nothing will signal it.
+func (sb *sandbox) closePidFD() {
+	sb.pidfdMu.Lock()
+	defer sb.pidfdMu.Unlock()
+	if sb.initPidFD >= 0 {
+		unix.Close(sb.initPidFD)
+		sb.initPidFD = -1
+	}
+}
+
+// waitInit reaps the init and then releases its pidfd.
+func (sb *sandbox) waitInit() {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(sb.initPid, &ws, 0, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	close(sb.exited)
 }
 
 // Destroy implements runtime.Sandbox.
@@ -193,6 +219,7 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		sb.stopReaper()
+		sb.closePidFD()
 		<-sb.swept
 	})
 	return errors.Join(errs...)
