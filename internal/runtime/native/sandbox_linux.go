@@ -181,7 +181,8 @@ func (sb *sandbox) closePidFD() {
 	}
 }
 
-// waitInit reaps the init and then releases its pidfd.
+// waitInit reaps the init (its pidfd stays open until Destroy, so a late
+// killInit cannot reach another process).
 func (sb *sandbox) waitInit() {
 	var ws unix.WaitStatus
 	for {
