@@ -340,3 +340,33 @@ func reaperRunning(stateDir string) bool {
 	}
 	return false
 }
+
+// --cpu sets a CFS quota on the sandbox's cgroup (v1 cpu.cfs_quota_us /
+// cpu.cfs_period_us, v2 cpu.max); without --cpu there is no CPU cgroup to
+// enforce (control).
+func TestCPULimit(t *testing.T) {
+	needRoot(t)
+	quota := func(cpu ...string) (string, bool) {
+		args := append(append([]string{"run", "-v"}, cpu...), "--", "/bin/sh", "-c", "echo ready; sleep 30")
+		b := start(t, opts{}, args...)
+		_, paths := b.cgroupPaths(t)
+		b.stdout.waitFor(t, regexp.MustCompile(`^ready$`), 30*time.Second)
+		defer func() { b.cmd.Process.Signal(os.Interrupt); b.wait(t, 30*time.Second) }()
+		for _, p := range paths {
+			if q, err := os.ReadFile(filepath.Join(p, "cpu.cfs_quota_us")); err == nil {
+				per, _ := os.ReadFile(filepath.Join(p, "cpu.cfs_period_us"))
+				return strings.TrimSpace(string(q)) + "/" + strings.TrimSpace(string(per)), true
+			}
+			if m, err := os.ReadFile(filepath.Join(p, "cpu.max")); err == nil {
+				return strings.ReplaceAll(strings.TrimSpace(string(m)), " ", "/"), true
+			}
+		}
+		return "", false
+	}
+	if q, ok := quota("--cpu", "0.5"); !ok || q != "50000/100000" {
+		t.Errorf("--cpu 0.5: quota %q (found %v), want 50000/100000", q, ok)
+	}
+	if q, ok := quota(); ok && q != "-1/100000" && q != "max/100000" {
+		t.Errorf("control without --cpu: quota %q, want none", q)
+	}
+}
