@@ -190,7 +190,7 @@ func (f *filter) nr(t testing.TB, nr int32, args ...uint64) uint32 {
 // sys runs the named syscall with args.
 func (f *filter) sys(t testing.TB, name string, args ...uint64) uint32 {
 	t.Helper()
-	nr, ok := f.arch.table[name]
+	nr, ok := f.arch.syscalls()[name]
 	if !ok {
 		t.Fatalf("no syscall %q on %s", name, f.arch.name)
 	}
@@ -249,10 +249,10 @@ func archs(t testing.TB) map[string]*archInfo {
 
 // sortedNames returns the keys of a table in syscall-number order.
 func (a *archInfo) sortedNames() []string {
-	names := make([]string, 0, len(a.table))
-	for n := range a.table {
+	names := make([]string, 0, len(a.syscalls()))
+	for n := range a.syscalls() {
 		names = append(names, n)
 	}
-	sort.Slice(names, func(i, j int) bool { return a.table[names[i]] < a.table[names[j]] })
+	sort.Slice(names, func(i, j int) bool { return a.syscalls()[names[i]] < a.syscalls()[names[j]] })
 	return names
 }

@@ -167,7 +167,7 @@ func (p *Profile) resolve(a *archInfo) (map[int]leaf, error) {
 	}
 	where := map[string]string{}
 	lookup := func(name, kind string) (int, error) {
-		nr, ok := a.table[name]
+		nr, ok := a.syscalls()[name]
 		switch {
 		case !ok && knownAnywhere(name):
 			return 0, fmt.Errorf("seccomp: syscall %q does not exist on %s", name, a.name)

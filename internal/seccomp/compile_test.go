@@ -84,7 +84,7 @@ func TestDefaultIsNativeDefault(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatal("Default().Compile() differs from the per-arch default")
 	}
-	if nr, ok := Lookup("read"); !ok || nr != a.table["read"] {
+	if nr, ok := Lookup("read"); !ok || nr != a.syscalls()["read"] {
 		t.Fatalf("Lookup(read) = %d, %v", nr, ok)
 	}
 	if _, ok := Lookup("no_such_syscall"); ok {
@@ -102,19 +102,19 @@ func TestLookupTables(t *testing.T) {
 	}
 	for goarch, a := range archs(t) {
 		for name, nr := range want[goarch] {
-			if got, ok := a.table[name]; !ok || got != nr {
+			if got, ok := a.syscalls()[name]; !ok || got != nr {
 				t.Errorf("%s: %s = %d, %v; want %d", goarch, name, got, ok, nr)
 			}
 		}
 		seen := map[int]string{}
-		for name, nr := range a.table {
+		for name, nr := range a.syscalls() {
 			if other, dup := seen[nr]; dup {
 				t.Errorf("%s: %s and %s share number %d", goarch, name, other, nr)
 			}
 			seen[nr] = name
 		}
 	}
-	if _, ok := archs(t)["arm64"].table["open"]; ok {
+	if _, ok := archs(t)["arm64"].syscalls()["open"]; ok {
 		t.Error("arm64 has no open(2)")
 	}
 	if _, err := archFor("riscv64"); err == nil || err.Error() != "seccomp: architecture riscv64 not supported" {
@@ -178,7 +178,7 @@ func TestDefaultActions(t *testing.T) {
 			}
 			// Every forbidden syscall that exists here: EPERM, whatever the args.
 			for _, n := range forbidden {
-				if _, ok := a.table[n]; ok {
+				if _, ok := a.syscalls()[n]; ok {
 					f.expect(t, wantEPERM, n)
 					f.expect(t, wantEPERM, n, 0xffffffffffffffff, 1, 2, 3, 4, 5)
 				}
@@ -193,7 +193,7 @@ func TestDefaultActions(t *testing.T) {
 			for _, r := range p.Rules {
 				rules[r.Syscall] = true
 			}
-			for name, nr := range a.table {
+			for name, nr := range a.syscalls() {
 				switch {
 				case rules[name]:
 				case allow[name]:
@@ -225,7 +225,7 @@ func TestDefaultActions(t *testing.T) {
 			if goarch == "arm64" {
 				foreign = auditArchARM
 			}
-			readNr := int32(a.table["read"])
+			readNr := int32(a.syscalls()["read"])
 			if got := f.runData(t, seccompData{nr: readNr, arch: foreign}); got != wantKill {
 				t.Errorf("read on foreign arch %#x: %s, want KILL_PROCESS", foreign, actionName(got))
 			}
@@ -496,7 +496,7 @@ func TestLongJumps(t *testing.T) {
 		forb[n] = true
 	}
 	p := &Profile{}
-	for name, nr := range a.table {
+	for name, nr := range a.syscalls() {
 		if nr%2 == 0 && !forb[name] {
 			p.Allow = append(p.Allow, name)
 		}
@@ -512,7 +512,7 @@ func TestLongJumps(t *testing.T) {
 	for _, n := range p.Allow {
 		f.expect(t, wantAllow, n)
 	}
-	for name, nr := range a.table {
+	for name, nr := range a.syscalls() {
 		if nr%2 == 1 && !slices.ContainsFunc(p.Rules, func(r Rule) bool { return r.Syscall == name }) {
 			f.expect(t, wantEPERM, name)
 		}

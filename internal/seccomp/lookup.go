@@ -42,6 +42,11 @@ type archInfo struct {
 	name      string // human name used in messages and the disassembly
 	auditArch uint32 // seccomp_data.arch value (AUDIT_ARCH_*)
 	x32Bit    bool   // numbers with bit 30 set belong to another ABI (x32)
+	// tableFn builds the name -> number table; syscalls() builds it once,
+	// on first use, so that processes that never compile a profile (the
+	// sandbox's init) do not pay for it at start-up.
+	tableFn   func() map[string]int
+	tableOnce sync.Once
 	table     map[string]int
 
 	once  sync.Once
@@ -59,8 +64,8 @@ const (
 )
 
 var arches = []*archInfo{
-	{goarch: "amd64", name: "x86_64", auditArch: auditArchX86_64, x32Bit: true, table: x86_64Syscalls},
-	{goarch: "arm64", name: "aarch64", auditArch: auditArchAArch64, table: aarch64Syscalls},
+	{goarch: "amd64", name: "x86_64", auditArch: auditArchX86_64, x32Bit: true, tableFn: x86_64Syscalls},
+	{goarch: "arm64", name: "aarch64", auditArch: auditArchAArch64, tableFn: aarch64Syscalls},
 }
 
 // archFor returns the ABI description for a GOARCH.
@@ -83,11 +88,17 @@ func archByAudit(v uint32) *archInfo {
 	return nil
 }
 
+// syscalls returns the name -> number table of a.
+func (a *archInfo) syscalls() map[string]int {
+	a.tableOnce.Do(func() { a.table = a.tableFn() })
+	return a.table
+}
+
 // nameOf returns the syscall name of nr on a, or "".
 func (a *archInfo) nameOf(nr int) string {
 	a.once.Do(func() {
-		a.names = make(map[int]string, len(a.table))
-		for n, v := range a.table {
+		a.names = make(map[int]string, len(a.syscalls()))
+		for n, v := range a.syscalls() {
 			a.names[v] = n
 		}
 	})
@@ -98,7 +109,7 @@ func (a *archInfo) nameOf(nr int) string {
 // architecture.
 func knownAnywhere(name string) bool {
 	for _, a := range arches {
-		if _, ok := a.table[name]; ok {
+		if _, ok := a.syscalls()[name]; ok {
 			return true
 		}
 	}
@@ -112,6 +123,6 @@ func Lookup(name string) (nr int, ok bool) {
 	if err != nil {
 		return 0, false
 	}
-	nr, ok = a.table[name]
+	nr, ok = a.syscalls()[name]
 	return nr, ok
 }

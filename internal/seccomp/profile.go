@@ -219,7 +219,7 @@ func defaultFor(goarch string) *Profile {
 		if a == nil {
 			return false
 		}
-		_, ok := a.table[name]
+		_, ok := a.syscalls()[name]
 		return ok
 	}
 	p := &Profile{Allow: []string{}, Rules: []Rule{}, Denied: []string{}}

@@ -12,7 +12,6 @@ package native
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -345,7 +344,7 @@ func hostIDs(rootless bool, ws *unix.Stat_t) (uid, gid int, idmapWorkspace bool)
 // pidfd probe (a throwaway fork on first use) and hands back a pidfd, so the
 // init can be signalled without racing pid reuse.
 func initAttr(uid, gid int, control *os.File) *syscall.ProcAttr {
-	null := devNull.Fd()
+	null := devNull().Fd()
 	return &syscall.ProcAttr{
 		// One P is plenty for the agent, and fewer threads make the
 		// all-threads syscalls of setup cheaper and leave the pids
@@ -367,14 +366,14 @@ func initAttr(uid, gid int, control *os.File) *syscall.ProcAttr {
 	}
 }
 
-// devNull is the stdio of every sandbox init.
-var devNull = func() *os.File {
+// devNull is the stdio of every sandbox init, opened on first use.
+var devNull = sync.OnceValue(func() *os.File {
 	f, err := os.Open(os.DevNull)
 	if err != nil {
 		panic(err)
 	}
 	return f
-}()
+})
 
 func (sb *sandbox) awaitReady(ctx context.Context) (*agent.Ready, error) {
 	type result struct {
@@ -493,9 +492,18 @@ func orDefault(v, d int64) int64 {
 	return d
 }
 
+// newID returns 16 random hex digits. getrandom(2) directly: crypto/rand
+// would add the FIPS module's start-up work to every airlock process,
+// sandbox inits included.
 func newID() string {
 	b := make([]byte, 8)
-	rand.Read(b)
+	for n := 0; n < len(b); {
+		m, err := unix.Getrandom(b[n:], 0)
+		if err != nil && err != unix.EINTR {
+			panic("getrandom: " + err.Error())
+		}
+		n += max(m, 0)
+	}
 	return hex.EncodeToString(b)
 }
 
