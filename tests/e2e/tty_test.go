@@ -38,6 +38,7 @@ print("not interrupted", flush=True)`
 		}
 		close(lines)
 	}()
+	var seen []string
 	waitLine := func(prefix string) string {
 		t.Helper()
 		deadline := time.After(20 * time.Second)
@@ -45,13 +46,14 @@ print("not interrupted", flush=True)`
 			select {
 			case l, ok := <-lines:
 				if !ok {
-					t.Fatalf("terminal closed before %q", prefix)
+					t.Fatalf("terminal closed before %q; saw %q", prefix, seen)
 				}
+				seen = append(seen, l)
 				if strings.HasPrefix(l, prefix) {
 					return l
 				}
 			case <-deadline:
-				t.Fatalf("no %q line within 20s", prefix)
+				t.Fatalf("no %q line within 20s; saw %q", prefix, seen)
 			}
 		}
 	}

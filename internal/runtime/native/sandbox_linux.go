@@ -90,11 +90,14 @@ func (sb *sandbox) dispatch(m *agent.Message, files []*os.File) {
 	switch m.Type {
 	case agent.TypeStarted:
 		p.pid = m.Started.Pid
-		if len(files) > 0 {
-			p.pty = files[0]
-			for _, f := range files[1:] {
-				f.Close()
+		// The agent is untrusted: take a descriptor only where one was
+		// asked for (the terminal of a TTY process).
+		for i, f := range files {
+			if i == 0 && p.tty {
+				p.pty = f
+				continue
 			}
+			f.Close()
 		}
 		p.startOnce.Do(func() { close(p.started) })
 	case agent.TypeError:
@@ -116,7 +119,7 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 	}
 	sb.mu.Lock()
 	sb.nextID++
-	p := &process{sb: sb, id: sb.nextID, started: make(chan struct{}), exit: make(chan struct{})}
+	p := &process{sb: sb, id: sb.nextID, tty: req.TTY, started: make(chan struct{}), exit: make(chan struct{})}
 	sb.procs[p.id] = p
 	sb.mu.Unlock()
 	fail := func(err error) (runtime.Process, error) {
@@ -251,6 +254,7 @@ type process struct {
 	sb        *sandbox
 	id        uint64
 	pid       int
+	tty       bool
 	pty       *os.File
 	started   chan struct{}
 	startOnce sync.Once

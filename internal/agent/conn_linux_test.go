@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A message and its descriptors arrive together and intact; the received
+// descriptor refers to the same open file.
+func TestConnSendRecvWithFDs(t *testing.T) {
+	a, b, err := SocketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, cb := NewConn(a), NewConn(b)
+	defer ca.Close()
+	defer cb.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	msg := &Message{Type: TypeExec, Exec: &ExecRequest{ID: 7, Argv: []string{"/bin/echo", "a b"}, Env: []string{"K=V"}, Dir: "/workspace"}}
+	if err := ca.Send(msg, int(w.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	got, files, err := cb.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Type != TypeExec || got.Exec == nil || got.Exec.ID != 7 || strings.Join(got.Exec.Argv, "|") != "/bin/echo|a b" {
+		t.Fatalf("got %+v", got)
+	}
+	if len(files) != 1 {
+		t.Fatalf("got %d descriptors, want 1", len(files))
+	}
+	files[0].WriteString("through the passed fd")
+	files[0].Close()
+	b2, _ := io.ReadAll(r)
+	if string(b2) != "through the passed fd" {
+		t.Fatalf("pipe read %q", b2)
+	}
+}
+
+// A closed peer is ErrClosed, not a hang or a bogus message.
+func TestConnPeerClosed(t *testing.T) {
+	a, b, err := SocketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb := NewConn(b)
+	defer cb.Close()
+	a.Close()
+	if _, _, err := cb.Recv(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Recv after peer close: %v, want ErrClosed", err)
+	}
+}
+
+// Garbage from the peer (the agent is untrusted) is an error, and its
+// descriptors are not leaked to the caller.
+func TestConnRejectsGarbage(t *testing.T) {
+	a, b, err := SocketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	cb := NewConn(b)
+	defer cb.Close()
+	if _, err := a.Write([]byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	if m, files, err := cb.Recv(); err == nil || m != nil || files != nil {
+		t.Fatalf("garbage accepted: %+v %v %v", m, files, err)
+	}
+}
+
+func TestLookPath(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "tool")
+	os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755)
+	os.WriteFile(filepath.Join(dir, "data"), []byte("x"), 0o644)
+	env := []string{"PATH=/nonexistent:" + dir}
+	if p, err := lookPath("tool", env); err != nil || p != exe {
+		t.Errorf("lookPath(tool) = %q, %v", p, err)
+	}
+	if _, err := lookPath("data", env); err == nil {
+		t.Error("a non-executable file was found")
+	}
+	if p, _ := lookPath("./rel/x", env); p != "./rel/x" {
+		t.Errorf("a path with a slash must be used as is, got %q", p)
+	}
+	// Without PATH in the process's environment the default applies.
+	if p, err := lookPath("sh", nil); err != nil || !strings.HasSuffix(p, "/sh") {
+		t.Errorf("lookPath(sh) with the default PATH = %q, %v", p, err)
+	}
+}

@@ -1,0 +1,101 @@
+package sandbox
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/runtime"
+)
+
+func lookupFrom(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// Nothing of the caller's environment reaches the sandbox unless passed by
+// name; the control passes it by name and it arrives.
+func TestEnvPassesNothingByDefault(t *testing.T) {
+	caller := lookupFrom(map[string]string{"SECRET": "s3cret", "TERM": "xterm-kitty", "HOME": "/home/me"})
+	env, err := Env(&policy.Policy{}, nil, false, caller)
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(env, "\n")
+	for _, leaked := range []string{"s3cret", "xterm-kitty", "/home/me"} {
+		if strings.Contains(joined, leaked) {
+			t.Errorf("caller value %q reached the sandbox: %v", leaked, env)
+		}
+	}
+	for _, want := range []string{"PATH=" + DefaultPath, "HOME=/root", "LANG=C.UTF-8"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("missing %q in %v", want, env)
+		}
+	}
+	env, _ = Env(&policy.Policy{}, []string{"SECRET"}, true, caller)
+	joined = strings.Join(env, "\n")
+	if !strings.Contains(joined, "SECRET=s3cret") || !strings.Contains(joined, "TERM=xterm-kitty") {
+		t.Errorf("control: --env SECRET and a TTY's TERM should pass: %v", env)
+	}
+}
+
+// Flags win over the policy, which wins over the defaults.
+func TestEnvPrecedence(t *testing.T) {
+	p := &policy.Policy{Environment: policy.Environment{Set: map[string]string{"A": "policy", "PATH": "/p"}, Pass: []string{"B"}}}
+	env, err := Env(p, []string{"A=flag", "C"}, false, lookupFrom(map[string]string{"B": "caller-b"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v
+	}
+	if got["A"] != "flag" || got["PATH"] != "/p" || got["B"] != "caller-b" {
+		t.Errorf("env = %v", got)
+	}
+	if _, ok := got["C"]; ok {
+		t.Errorf("--env C passed a variable the caller does not have: %v", got)
+	}
+	for _, bad := range []string{"=x", "A\x00B=1"} {
+		if _, err := Env(p, []string{bad}, false, lookupFrom(nil)); err == nil {
+			t.Errorf("--env %q accepted", bad)
+		}
+	}
+}
+
+// The spec carries the compiled default filter, tightened by the policy;
+// the explicit opt-out carries none.
+func TestSpecSeccomp(t *testing.T) {
+	base, err := Spec(&policy.Policy{}, Opts{})
+	if err != nil || len(base.Seccomp) == 0 {
+		t.Fatalf("default spec: %d instructions, %v", len(base.Seccomp), err)
+	}
+	tight, err := Spec(&policy.Policy{Seccomp: policy.Seccomp{Deny: []string{"chmod", "fchmodat"}}}, Opts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tight.Seccomp) == len(base.Seccomp) {
+		t.Errorf("denying syscalls did not change the program (%d instructions)", len(base.Seccomp))
+	}
+	if _, err := Spec(&policy.Policy{Seccomp: policy.Seccomp{Deny: []string{"no_such_call"}}}, Opts{}); err == nil {
+		t.Error("an unknown syscall was accepted")
+	}
+	off, err := Spec(&policy.Policy{}, Opts{Insecure: runtime.Insecure{NoSeccomp: true}})
+	if err != nil || len(off.Seccomp) != 0 {
+		t.Errorf("--insecure-no-seccomp: %d instructions, %v; want none", len(off.Seccomp), err)
+	}
+}
+
+// Default limits apply where the policy is silent; the policy's own win.
+func TestSpecLimits(t *testing.T) {
+	s, err := Spec(&policy.Policy{Resources: policy.Resources{Memory: 64 << 20}}, Opts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Limits.Memory != 64<<20 || s.Limits.Pids != policy.DefaultPids || s.Limits.Tmp != policy.DefaultTmp {
+		t.Errorf("limits = %+v", s.Limits)
+	}
+	if len(s.Protected) == 0 {
+		t.Error("no protected workspace paths by default")
+	}
+}
