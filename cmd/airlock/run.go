@@ -310,14 +310,25 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 		case sig := <-sigc:
 			if sig == unix.SIGWINCH {
 				if tty {
-					if ws, err := unix.IoctlGetWinsize(int(os.Stdin.Fd()), unix.TIOCGWINSZ); err == nil {
-						unix.IoctlSetWinsize(int(proc.PTY().Fd()), unix.TIOCSWINSZ, ws)
-					}
+					resize(proc.PTY())
 				}
 				continue
 			}
 			proc.Signal(sig)
 		}
+	}
+}
+
+// resize gives the sandbox's terminal the size of ours. Through
+// SyscallConn: File.Fd would switch the pty to blocking mode under the
+// goroutine copying its output.
+func resize(pty *os.File) {
+	ws, err := unix.IoctlGetWinsize(int(os.Stdin.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return
+	}
+	if rc, err := pty.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, ws) })
 	}
 }
 
