@@ -2,7 +2,9 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -17,7 +19,7 @@ type Conn struct {
 
 // NewConn wraps a connected SOCK_SEQPACKET socket.
 func NewConn(f *os.File) *Conn {
-	return &Conn{f: f, buf: make([]byte, MaxMessage), oob: make([]byte, unix.CmsgSpace(16*4))}
+	return &Conn{f: f, buf: make([]byte, inlineMax+1), oob: make([]byte, unix.CmsgSpace(16*4))}
 }
 
 // File returns the underlying socket.
@@ -35,6 +37,37 @@ func (c *Conn) Send(m *Message, fds ...int) error {
 	if len(b) > MaxMessage {
 		return fmt.Errorf("control message of %d bytes exceeds %d", len(b), MaxMessage)
 	}
+	if len(b) > inlineMax {
+		spill, err := spillFile(b)
+		if err != nil {
+			return err
+		}
+		defer spill.Close()
+		header, _ := json.Marshal(&Message{Type: m.Type, Spill: true})
+		return c.send(header, append([]int{int(spill.Fd())}, fds...))
+	}
+	return c.send(b, fds)
+}
+
+// spillFile returns a memfd holding b, positioned at its start.
+func spillFile(b []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate("airlock-control", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("control message: memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "airlock-control")
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (c *Conn) send(b []byte, fds []int) error {
 	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
@@ -93,12 +126,41 @@ func (c *Conn) Recv() (*Message, []*os.File, error) {
 		closeAll(files)
 		return nil, nil, ErrClosed
 	}
+	if n > inlineMax {
+		closeAll(files)
+		return nil, nil, fmt.Errorf("bad control message: inline message over %d bytes", inlineMax)
+	}
 	var m Message
 	if err := json.Unmarshal(c.buf[:n], &m); err != nil {
 		closeAll(files)
 		return nil, nil, fmt.Errorf("bad control message: %w", err)
 	}
-	return &m, files, nil
+	if !m.Spill {
+		return &m, files, nil
+	}
+	// The message is in the first descriptor.
+	if len(files) == 0 {
+		return nil, nil, errors.New("bad control message: spilled without a descriptor")
+	}
+	spill := files[0]
+	files = files[1:]
+	b, err := io.ReadAll(io.LimitReader(spill, MaxMessage+1))
+	spill.Close()
+	if err == nil && len(b) > MaxMessage {
+		err = fmt.Errorf("over %d bytes", MaxMessage)
+	}
+	var inner Message
+	if err == nil {
+		err = json.Unmarshal(b, &inner)
+	}
+	if err == nil && inner.Spill {
+		err = errors.New("spilled twice")
+	}
+	if err != nil {
+		closeAll(files)
+		return nil, nil, fmt.Errorf("bad spilled control message: %w", err)
+	}
+	return &inner, files, nil
 }
 
 func closeAll(files []*os.File) {

@@ -99,3 +99,40 @@ func TestLookPath(t *testing.T) {
 		t.Errorf("lookPath(sh) with the default PATH = %q, %v", p, err)
 	}
 }
+
+// A message larger than one packet can carry (an exec with a large
+// environment) travels spilled, with its own descriptors behind the spill;
+// one over MaxMessage is refused with a clear error.
+func TestConnLargeMessage(t *testing.T) {
+	a, b, err := SocketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, cb := NewConn(a), NewConn(b)
+	defer ca.Close()
+	defer cb.Close()
+	big := strings.Repeat("x", 1<<20)
+	env := []string{"A=" + big, "B=" + big}
+	r, w, _ := os.Pipe()
+	defer r.Close()
+	if err := ca.Send(&Message{Type: TypeExec, Exec: &ExecRequest{ID: 3, Argv: []string{"sh"}, Env: env}}, int(w.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	got, files, err := cb.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spill || got.Exec == nil || got.Exec.ID != 3 || len(got.Exec.Env) != 2 || got.Exec.Env[1] != "B="+big {
+		t.Fatalf("large message came back wrong (spill=%v)", got.Spill)
+	}
+	if len(files) != 1 {
+		t.Fatalf("got %d descriptors, want the 1 sent", len(files))
+	}
+	files[0].Close()
+
+	huge := strings.Repeat("y", MaxMessage)
+	if err := ca.Send(&Message{Type: TypeExec, Exec: &ExecRequest{Argv: []string{huge}}}); err == nil || !strings.Contains(err.Error(), "exceeds") {
+		t.Fatalf("a message over MaxMessage: %v", err)
+	}
+}

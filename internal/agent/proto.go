@@ -26,13 +26,22 @@ const (
 	TypeSignal  = "signal"
 )
 
-// MaxMessage bounds one control message. Messages travel over a
-// SOCK_SEQPACKET socket pair, one message per packet.
-const MaxMessage = 1 << 20
+// Messages travel over a SOCK_SEQPACKET socket pair, one message per
+// packet. A packet is bounded by the socket's send buffer (often ~200 KiB,
+// and raising it needs privileges), so a message larger than inlineMax (an
+// exec with a large argv or environment) is spilled: written to a memfd that
+// travels as the packet's first descriptor, behind a small header.
+const (
+	inlineMax = 32 << 10
+	// MaxMessage bounds one message, spilled or not.
+	MaxMessage = 16 << 20
+)
 
 // Message is one control message. Exactly the field that matches Type is set.
 type Message struct {
 	Type string `json:"type"`
+	// Spill marks a header whose message is in the first descriptor.
+	Spill bool `json:"spill,omitempty"`
 
 	// Setup is opaque to this package: the runtime that created the sandbox
 	// defines its shape and decodes it in the sandbox's init.

@@ -224,3 +224,17 @@ out("sti_raw", sc(16, 0, 0x5412, C.addressof(C.create_string_buffer(b"x")))[1])
 		expect(t, m, "sti_raw", "EPERM", "ENOTTY")
 	})
 }
+
+// An argv larger than one control packet (1.2 MB in 12 arguments, within
+// the kernel's own limits) reaches the command whole.
+func TestLargeArgv(t *testing.T) {
+	arg := strings.Repeat("a", 100000)
+	args := []string{"/bin/sh", "-c", `n=0; for a in "$@"; do n=$((n + ${#a})); done; echo "$# $n"`, "x"}
+	for i := 0; i < 12; i++ {
+		args = append(args, arg)
+	}
+	r := run(t, opts{}, nil, args...)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "12 1200000" {
+		t.Fatalf("want 12 arguments of 1200000 bytes in all\n%.300s", r)
+	}
+}
