@@ -193,8 +193,9 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 		return fail(exitSetup, "%v", err)
 	}
 
-	// Signals that would kill airlock are forwarded to the command instead,
-	// from the moment the sandbox exists; until then they abort the setup.
+	// Signals that would kill airlock are caught from here on: forwarded to
+	// the command once it runs; one that arrives while the sandbox is being
+	// made ends the run before the command starts.
 	sigc := make(chan os.Signal, 8)
 	signal.Notify(sigc, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH)
 	defer signal.Stop(sigc)
@@ -208,6 +209,16 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 	}
 	created := time.Since(t0)
 	defer sb.Destroy(ctx)
+	for pending := true; pending; {
+		select {
+		case sig := <-sigc:
+			if s, ok := sig.(unix.Signal); ok && s != unix.SIGWINCH {
+				return fail(128+int(s), "%v during sandbox setup; the command was not started", sig)
+			}
+		default:
+			pending = false
+		}
+	}
 	if f.verbose {
 		report(stderr, sb.Info(), insecure, created)
 	}
