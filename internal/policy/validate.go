@@ -60,22 +60,18 @@ func (p *Policy) validatePaths() error {
 		mounted[t] = key
 		return nil
 	}
-	for i, s := range fs.ReadOnly {
-		key := fmt.Sprintf("filesystem.read_only[%d]", i)
-		if err := p.checkHostPath(key, s); err != nil {
-			return err
-		}
-		if err := mount(key, s); err != nil {
-			return err
-		}
-	}
-	for i, s := range fs.Writable {
-		key := fmt.Sprintf("filesystem.writable[%d]", i)
-		if err := p.checkHostPath(key, s); err != nil {
-			return err
-		}
-		if err := mount(key, s); err != nil {
-			return err
+	for _, l := range []struct {
+		name  string
+		paths []string
+	}{{"read_only", fs.ReadOnly}, {"writable", fs.Writable}} {
+		for i, s := range l.paths {
+			key := fmt.Sprintf("filesystem.%s[%d]", l.name, i)
+			if err := p.checkHostPath(key, s); err != nil {
+				return err
+			}
+			if err := mount(key, s); err != nil {
+				return err
+			}
 		}
 	}
 	for i, b := range fs.Binds {
