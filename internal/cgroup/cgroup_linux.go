@@ -817,3 +817,45 @@ func (c *Cgroup) SetPids(n int64) error {
 	}
 	return writeFile(filepath.Join(dir, "pids.max"), strconv.FormatInt(n, 10))
 }
+
+// Open returns the cgroup at paths, as Paths reported them for a cgroup New
+// made: for a supervisor that adopts a sandbox another process created.
+// Every path must be an existing cgroup directory of this host's layout.
+func Open(paths []string) (*Cgroup, error) {
+	if len(paths) == 0 {
+		return nil, errors.New("cgroup: open: no paths")
+	}
+	lo, err := readLayout()
+	if err != nil {
+		return nil, err
+	}
+	within := func(p, root string) bool { return strings.HasPrefix(p, root+"/") }
+	if lo.version() == V2 {
+		if len(paths) != 1 || lo.v2 == nil || !within(paths[0], lo.v2.point) {
+			return nil, fmt.Errorf("cgroup: open %v: not one directory of the cgroup2 mount", paths)
+		}
+		fd, err := unix.Open(paths[0], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("cgroup: open %s: %w", paths[0], err)
+		}
+		return &Cgroup{version: V2, dirs: []ctlDir{{dir: paths[0]}}, fd: fd}, nil
+	}
+	var dirs []ctlDir
+	for _, p := range paths {
+		var d ctlDir
+		for _, c := range v1Wanted {
+			if m := lo.v1[c]; m != nil && within(p, m.point) {
+				d.controllers = append(d.controllers, c)
+			}
+		}
+		if len(d.controllers) == 0 || strings.Contains(p, "/../") {
+			return nil, fmt.Errorf("cgroup: open %s: not in a v1 hierarchy airlock uses", p)
+		}
+		if st, err := os.Stat(p); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("cgroup: open %s: %v", p, err)
+		}
+		d.dir = p
+		dirs = append(dirs, d)
+	}
+	return &Cgroup{version: V1, dirs: dirs, fd: -1}, nil
+}

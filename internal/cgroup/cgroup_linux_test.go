@@ -467,3 +467,41 @@ func TestConcurrentNew(t *testing.T) {
 		t.Errorf("%d cgroups created, want %d", got, n/2)
 	}
 }
+
+// Open finds the cgroup New made from its paths alone, and the reopened
+// handle controls it (kills its processes, destroys it); a path outside the
+// hierarchies is refused.
+func TestOpenAdopts(t *testing.T) {
+	lo := needCgroups(t)
+	cg, err := New("", testTop(t, lo)+"/open", Limits{Memory: 64 << 20, Pids: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Destroy(context.Background())
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cg.Add(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(cg.Paths())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if procs, _ := again.Procs(); len(procs) != 1 || procs[0] != cmd.Process.Pid {
+		t.Fatalf("reopened cgroup lists %v, want [%d]", procs, cmd.Process.Pid)
+	}
+	if err := again.Destroy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	for _, p := range cg.Paths() {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s still exists after the reopened handle destroyed it", p)
+		}
+	}
+	if _, err := Open([]string{"/tmp"}); err == nil {
+		t.Error("Open(/tmp) succeeded")
+	}
+}

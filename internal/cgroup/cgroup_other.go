@@ -34,3 +34,6 @@ func (c *Cgroup) Paths() []string                   { return nil }
 
 // SetPids fails: cgroups are Linux only.
 func (c *Cgroup) SetPids(n int64) error { return errNotSupported }
+
+// Open fails: cgroups are Linux only.
+func Open(paths []string) (*Cgroup, error) { return nil, errNotSupported }
