@@ -24,6 +24,10 @@ const (
 	TypeStarted = "started"
 	TypeExit    = "exit"
 	TypeSignal  = "signal"
+	// TypeHello is the first request of a supervisor that adopts a running
+	// sandbox; the agent answers TypeState.
+	TypeHello = "hello"
+	TypeState = "state"
 )
 
 // Messages travel over a SOCK_SEQPACKET socket pair, one message per
@@ -53,6 +57,16 @@ type Message struct {
 	Started *Started     `json:"started,omitempty"`
 	Exit    *Exit        `json:"exit,omitempty"`
 	Signal  *Signal      `json:"signal,omitempty"`
+	State   *State       `json:"state,omitempty"`
+}
+
+// State is what an agent tells a supervisor that (re)connects: the
+// processes still running, those that ended while no supervisor was
+// connected, and the highest request id it has seen (new ids must be above).
+type State struct {
+	Running []Started `json:"running,omitempty"`
+	Exited  []Exit    `json:"exited,omitempty"`
+	MaxID   uint64    `json:"max_id"`
 }
 
 // Ready reports a finished sandbox setup.

@@ -12,7 +12,13 @@ import (
 // Server is the agent's side of the control channel. It runs as PID 1 of the
 // sandbox after the runtime's init has applied every isolation layer.
 type Server struct {
-	conn *Conn
+	// listener, when set, lets a new supervisor connect after the current
+	// one went away (a daemon restart); without it the sandbox ends with
+	// its channel.
+	listener *os.File
+	conn     *Conn   // guarded by sendM; nil while no supervisor is connected
+	pending  []*Exit // exits that could not be delivered, guarded by sendM
+	maxID    uint64  // guarded by mu
 
 	mu    sync.Mutex
 	procs map[int]uint64 // pid -> request id
@@ -20,9 +26,14 @@ type Server struct {
 	sendM sync.Mutex
 }
 
-// NewServer returns a server on conn.
-func NewServer(conn *Conn) *Server {
-	return &Server{conn: conn, procs: map[int]uint64{}, pids: map[uint64]int{}}
+// maxPending bounds the exits kept for a supervisor that is not connected.
+const maxPending = 1 << 16
+
+// NewServer returns a server on conn. With a listener (a listening unix
+// socket only the supervisor side can reach), the sandbox survives the loss
+// of its channel and waits for the next supervisor there.
+func NewServer(conn *Conn, listener *os.File) *Server {
+	return &Server{conn: conn, listener: listener, procs: map[int]uint64{}, pids: map[uint64]int{}}
 }
 
 // Serve handles requests until the supervisor closes the channel, then kills
@@ -45,9 +56,15 @@ func (s *Server) Serve() error {
 			s.reap()
 		}
 	}()
+	conn := s.conn
 	for {
-		m, files, err := s.conn.Recv()
+		m, files, err := conn.Recv()
 		if err != nil {
+			if s.listener != nil {
+				if conn, err = s.reconnect(conn); err == nil {
+					continue
+				}
+			}
 			// Supervisor gone: end the sandbox. Killing every process in
 			// the PID namespace is what exiting PID 1 does anyway; do it
 			// explicitly so nothing outlives the channel.
@@ -60,6 +77,9 @@ func (s *Server) Serve() error {
 		case TypeSignal:
 			closeAll(files)
 			s.signal(m.Signal)
+		case TypeHello:
+			closeAll(files)
+			s.hello()
 		default:
 			closeAll(files)
 			s.send(&Message{Type: TypeError, Error: &Error{Message: "unknown request " + m.Type}})
@@ -70,7 +90,60 @@ func (s *Server) Serve() error {
 func (s *Server) send(m *Message, fds ...int) {
 	s.sendM.Lock()
 	defer s.sendM.Unlock()
-	s.conn.Send(m, fds...)
+	if s.conn != nil && s.conn.Send(m, fds...) == nil {
+		return
+	}
+	// Undelivered: keep exits for the next supervisor, drop the rest
+	// (replies to requests of a supervisor that is gone).
+	if m.Type == TypeExit && m.Exit != nil && len(s.pending) < maxPending {
+		s.pending = append(s.pending, m.Exit)
+	}
+}
+
+// reconnect drops the dead channel and waits for the next supervisor on the
+// listener.
+func (s *Server) reconnect(dead *Conn) (*Conn, error) {
+	s.sendM.Lock()
+	s.conn = nil
+	s.sendM.Unlock()
+	dead.Close()
+	for {
+		fd, _, err := unix.Accept4(int(s.listener.Fd()), unix.SOCK_CLOEXEC)
+		if err == unix.EINTR || err == unix.ECONNABORTED {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := unix.SetNonblock(fd, true); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
+		c := NewConn(os.NewFile(uintptr(fd), "control"))
+		s.sendM.Lock()
+		s.conn = c
+		s.sendM.Unlock()
+		return c, nil
+	}
+}
+
+// hello answers a (re)connecting supervisor with the sandbox's processes.
+func (s *Server) hello() {
+	st := &State{}
+	s.mu.Lock()
+	for pid, id := range s.procs {
+		st.Running = append(st.Running, Started{ID: id, Pid: pid})
+	}
+	st.MaxID = s.maxID
+	s.mu.Unlock()
+	s.sendM.Lock()
+	defer s.sendM.Unlock()
+	for _, e := range s.pending {
+		st.Exited = append(st.Exited, *e)
+	}
+	if s.conn != nil && s.conn.Send(&Message{Type: TypeState, State: st}) == nil {
+		s.pending = nil
+	}
 }
 
 func (s *Server) fail(id uint64, msg string) {
@@ -113,6 +186,7 @@ func (s *Server) exec(req *ExecRequest, files []*os.File) {
 	// Start under the lock so the reaper cannot collect the child before it
 	// is registered.
 	s.mu.Lock()
+	s.maxID = max(s.maxID, req.ID)
 	pid, err := syscall.ForkExec(path, req.Argv, attr)
 	if err == nil {
 		s.procs[pid] = req.ID

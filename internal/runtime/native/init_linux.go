@@ -53,7 +53,7 @@ func InitMain() {
 		os.Exit(121)
 	}
 	conn := agent.NewConn(os.NewFile(controlFD, "control"))
-	ready, err := initSandbox(conn)
+	ready, listener, err := initSandbox(conn)
 	if err != nil {
 		layer := layerNamespaces
 		var le *layerError
@@ -66,14 +66,23 @@ func InitMain() {
 	if err := conn.Send(&agent.Message{Type: agent.TypeReady, Ready: ready}); err != nil {
 		os.Exit(1)
 	}
-	agent.NewServer(conn).Serve()
+	agent.NewServer(conn, listener).Serve()
 	os.Exit(0)
 }
 
-func initSandbox(conn *agent.Conn) (*agent.Ready, error) {
+func initSandbox(conn *agent.Conn) (*agent.Ready, *os.File, error) {
+	ready, listener, err := initSandboxSteps(conn)
+	if err != nil && listener != nil {
+		listener.Close()
+		listener = nil
+	}
+	return ready, listener, err
+}
+
+func initSandboxSteps(conn *agent.Conn) (_ *agent.Ready, listener *os.File, _ error) {
 	m, files, err := conn.Recv()
 	if err != nil {
-		return nil, fmt.Errorf("read setup: %w", err)
+		return nil, nil, fmt.Errorf("read setup: %w", err)
 	}
 	defer func() {
 		for _, f := range files {
@@ -81,14 +90,24 @@ func initSandbox(conn *agent.Conn) (*agent.Ready, error) {
 		}
 	}()
 	if m.Type != agent.TypeSetup {
-		return nil, fmt.Errorf("first message is %q, want setup", m.Type)
+		return nil, nil, fmt.Errorf("first message is %q, want setup", m.Type)
 	}
 	var s setup
 	if err := json.Unmarshal(m.Setup, &s); err != nil {
-		return nil, fmt.Errorf("decode setup: %w", err)
+		return nil, nil, fmt.Errorf("decode setup: %w", err)
 	}
-	if len(files) != len(s.IDMapped) {
-		return nil, fmt.Errorf("setup names %d idmapped mounts but carried %d descriptors", len(s.IDMapped), len(files))
+	want := len(s.IDMapped)
+	if s.Detached {
+		want++
+	}
+	if len(files) != want {
+		return nil, nil, fmt.Errorf("setup names %d descriptors but carried %d", want, len(files))
+	}
+	if s.Detached {
+		// The listening socket for later supervisors comes last; it must
+		// outlive this function (the deferred close skips it).
+		listener = files[len(files)-1]
+		files = files[:len(files)-1]
 	}
 	idmapped := map[string]*os.File{}
 	for i, name := range s.IDMapped {
@@ -100,13 +119,13 @@ func initSandbox(conn *agent.Conn) (*agent.Ready, error) {
 
 	t0 := time.Now()
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		return nil, inLayer(layerNamespaces, fmt.Errorf("unshare cgroup namespace: %w", err))
+		return nil, nil, inLayer(layerNamespaces, fmt.Errorf("unshare cgroup namespace: %w", err))
 	}
 	if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
-		return nil, inLayer(layerNamespaces, fmt.Errorf("sethostname: %w", err))
+		return nil, nil, inLayer(layerNamespaces, fmt.Errorf("sethostname: %w", err))
 	}
 	if err := loopbackUp(); err != nil {
-		return nil, inLayer(layerNamespaces, fmt.Errorf("bring up loopback: %w", err))
+		return nil, nil, inLayer(layerNamespaces, fmt.Errorf("bring up loopback: %w", err))
 	}
 	step("namespaces", t0)
 
@@ -118,17 +137,17 @@ func initSandbox(conn *agent.Conn) (*agent.Ready, error) {
 		last = now
 	})
 	if err != nil {
-		return nil, inLayer(layerFilesystem, err)
+		return nil, nil, inLayer(layerFilesystem, err)
 	}
 	ready.Placeholders = placeholders
 	step("mounts", t0)
 
 	if err := setRlimits(&s); err != nil {
-		return nil, inLayer(layerRlimits, err)
+		return nil, nil, inLayer(layerRlimits, err)
 	}
 	t0 = time.Now()
 	if err := dropPrivileges(); err != nil {
-		return nil, inLayer(layerCaps, err)
+		return nil, nil, inLayer(layerCaps, err)
 	}
 	step("capabilities", t0)
 
@@ -142,7 +161,7 @@ func initSandbox(conn *agent.Conn) (*agent.Ready, error) {
 		}
 		abi, err := applyLandlock(rw)
 		if err != nil {
-			return nil, inLayer(layerLandlock, err)
+			return nil, nil, inLayer(layerLandlock, err)
 		}
 		ready.LandlockABI = abi
 		step("landlock", t0)
@@ -150,11 +169,11 @@ func initSandbox(conn *agent.Conn) (*agent.Ready, error) {
 	if !s.NoSeccomp {
 		t0 = time.Now()
 		if err := applySeccomp(s.Seccomp); err != nil {
-			return nil, inLayer(layerSeccomp, err)
+			return nil, nil, inLayer(layerSeccomp, err)
 		}
 		step("seccomp", t0)
 	}
-	return ready, nil
+	return ready, listener, nil
 }
 
 // loopbackUp brings up lo, the only interface of the sandbox's network

@@ -61,6 +61,11 @@ type Runtime struct {
 	// StateRoot holds one directory per sandbox. Empty: /run/airlock as
 	// root, else $XDG_RUNTIME_DIR/airlock or /tmp/airlock-<uid>.
 	StateRoot string
+	// Detached sandboxes outlive this process (a daemon that restarts):
+	// no parent-death signal, and the agent waits on a socket in the state
+	// directory for the next supervisor (Adopt) instead of ending with its
+	// channel. Destroy kills them explicitly.
+	Detached bool
 	// Reaper starts, for each sandbox, a small process that cleans up the
 	// sandbox's host state if this process is killed (SIGKILL) before it
 	// could destroy the sandbox. For one-shot supervisors like `airlock
@@ -131,7 +136,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, err
 	}
 
-	sb := &sandbox{id: id, stateDir: stateDir, procs: map[uint64]*process{}, done: make(chan struct{}), swept: swept}
+	sb := &sandbox{id: id, stateDir: stateDir, procs: map[uint64]*process{}, done: make(chan struct{}), swept: swept, detached: r.Detached}
 	sb.info = runtime.Info{ID: id, Runtime: r.Name(), Rootless: os.Geteuid() != 0, Steps: steps}
 
 	ws := spec.Workspace
@@ -156,7 +161,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, fmt.Errorf("workspace %s: not a directory", ws)
 	}
 	sb.workspace = ws
-	if err := writeState(stateDir, ws, nil, nil); err != nil {
+	if err := writeState(stateDir, &stateFile{Workspace: ws}); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
 
@@ -202,6 +207,9 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		exe = "/proc/self/exe"
 	}
 	attr := initAttr(uid, gid, childEnd)
+	if r.Detached {
+		attr.Sys.Pdeathsig = 0
+	}
 	if sb.cg != nil {
 		if fd, ok := sb.cg.FD(); ok {
 			attr.Sys.UseCgroupFD = true
@@ -242,6 +250,14 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	if err != nil {
 		return nil, err
 	}
+	if r.Detached {
+		ln, err := listenAgent(stateDir)
+		if err != nil {
+			return nil, fmt.Errorf("agent socket: %w", err)
+		}
+		fds = append(fds, ln) // closed here once sent; the init keeps its copy
+		st.Detached = true
+	}
 
 	t0 = time.Now()
 	raw, err := json.Marshal(st)
@@ -276,12 +292,12 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		}
 	}
 	sb.placeholders = ready.Placeholders
-	if len(sb.placeholders) > 0 || sb.cg != nil {
-		if err := writeState(stateDir, ws, sb.placeholders, sb.info.CgroupPaths); err != nil {
+	if len(sb.placeholders) > 0 || sb.cg != nil || r.Detached {
+		if err := writeState(stateDir, sb.state()); err != nil {
 			return nil, err
 		}
 	}
-	if r.Reaper {
+	if r.Reaper && !r.Detached {
 		sb.startReaperLater(exe, reaperDelay)
 	}
 	go sb.readLoop()

@@ -23,6 +23,10 @@ import (
 var airlockBin string
 
 func TestMain(m *testing.M) {
+	if v := os.Getenv(detachedChildEnv); v != "" {
+		parts := strings.SplitN(v, ":", 3)
+		detachedChild(parts[0], parts[1], parts[2] == "true")
+	}
 	code := func() int {
 		dir, err := os.MkdirTemp("", "airlock-native-test-")
 		if err != nil {

@@ -25,6 +25,7 @@ type sandbox struct {
 	stateDir      string
 	workspace     string
 	tempWorkspace bool
+	detached      bool // outlives its supervisor; see Runtime.Detached
 	placeholders  []string
 	cg            *cgroup.Cgroup
 	initPid       int
@@ -203,7 +204,11 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 	sb.destroy.Do(func() {
 		ctx := context.WithoutCancel(ctx)
 		// Closing the channel makes the agent kill everything and exit;
-		// SIGKILL follows if it does not within a short grace period.
+		// SIGKILL follows if it does not within a short grace period. A
+		// detached agent would wait for the next supervisor instead.
+		if sb.detached {
+			sb.killInit()
+		}
 		sb.conn.Close()
 		select {
 		case <-sb.exited:
@@ -321,5 +326,14 @@ func (sb *sandbox) stopReaper() {
 	if sb.reaper != nil {
 		sb.reaper.Close()
 		sb.reaper = nil
+	}
+}
+
+// state is what state.json records about a running sandbox.
+func (sb *sandbox) state() *stateFile {
+	return &stateFile{
+		Workspace: sb.workspace, Placeholders: sb.placeholders, Cgroups: sb.info.CgroupPaths,
+		Detached: sb.detached, Init: sb.initPid, InitStart: procStart(sb.initPid),
+		HostUID: sb.info.HostUID, Rootless: sb.info.Rootless, LandlockABI: sb.info.LandlockABI, TempWS: sb.tempWorkspace,
 	}
 }

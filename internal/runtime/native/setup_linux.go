@@ -33,6 +33,11 @@ type setup struct {
 	NoFile   uint64 `json:"nofile"`
 	FileSize int64  `json:"fsize"`
 
+	// Detached: the last descriptor is a listening socket on which the
+	// agent waits for the next supervisor if its channel closes, instead of
+	// ending the sandbox (for a daemon that restarts).
+	Detached bool `json:"detached,omitempty"`
+
 	Seccomp    []runtime.SockFilter `json:"seccomp,omitempty"`
 	NoSeccomp  bool                 `json:"no_seccomp,omitempty"`
 	NoLandlock bool                 `json:"no_landlock,omitempty"`

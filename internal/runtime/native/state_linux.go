@@ -22,10 +22,21 @@ type stateFile struct {
 	Workspace    string   `json:"workspace"`
 	Placeholders []string `json:"placeholders,omitempty"`
 	Cgroups      []string `json:"cgroups,omitempty"`
+
+	// A detached sandbox outlives its owner: it is alive as long as its
+	// init is, and a new supervisor may adopt it (Runtime.Adopt).
+	Detached    bool   `json:"detached,omitempty"`
+	Init        int    `json:"init,omitempty"`
+	InitStart   string `json:"init_start,omitempty"`
+	HostUID     int    `json:"host_uid,omitempty"`
+	Rootless    bool   `json:"rootless,omitempty"`
+	LandlockABI int    `json:"landlock_abi,omitempty"`
+	TempWS      bool   `json:"temp_workspace,omitempty"`
 }
 
-func writeState(dir, ws string, placeholders, cgroups []string) error {
-	st := stateFile{Owner: os.Getpid(), OwnerStart: procStart(os.Getpid()), Workspace: ws, Placeholders: placeholders, Cgroups: cgroups}
+// writeState records st, owned by this process, in the state directory.
+func writeState(dir string, st *stateFile) error {
+	st.Owner, st.OwnerStart = os.Getpid(), procStart(os.Getpid())
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err
@@ -90,6 +101,9 @@ func sweep(root string) {
 		}
 		if st.Owner > 0 && procStart(st.Owner) == st.OwnerStart {
 			continue // owner alive
+		}
+		if st.Detached && st.Init > 0 && procStart(st.Init) == st.InitStart {
+			continue // outlives its owner by design, waiting to be adopted
 		}
 		cleanupState(dir, &st)
 	}

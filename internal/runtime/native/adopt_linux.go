@@ -1,0 +1,190 @@
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/agent"
+	"github.com/airlock-dev/airlock/internal/cgroup"
+	"github.com/airlock-dev/airlock/internal/runtime"
+)
+
+// agentSocket is the listening socket of a detached sandbox's agent, in its
+// state directory (reachable only by the supervisor's user: the directory
+// is on the host, the socket is mode 0600, and nothing inside the sandbox
+// sees the host's filesystem).
+const agentSocket = "agent.sock"
+
+// listenAgent makes the listening socket a detached sandbox's agent keeps.
+func listenAgent(stateDir string) (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(stateDir, agentSocket)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	if err := unix.Listen(fd, 1); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// ErrNotAdoptable is returned by Adopt for a sandbox that does not exist,
+// was not created detached, or whose init is gone.
+var ErrNotAdoptable = errors.New("sandbox cannot be adopted")
+
+// Adopt reconnects to a detached sandbox that another supervisor (this
+// daemon before a restart) created: its processes kept running; the agent
+// reports those still running and those that ended meanwhile.
+func (r *Runtime) Adopt(ctx context.Context, id string) (runtime.Sandbox, *agent.State, error) {
+	if id == "" || filepath.Base(id) != id || id == "cache" {
+		return nil, nil, fmt.Errorf("sandbox %q: %w", id, ErrNotAdoptable)
+	}
+	dir := filepath.Join(r.stateRoot(), id)
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox %q: %w (%v)", id, ErrNotAdoptable, err)
+	}
+	var st stateFile
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, nil, fmt.Errorf("sandbox %q: bad state: %w", id, err)
+	}
+	if !st.Detached || st.Init <= 0 {
+		return nil, nil, fmt.Errorf("sandbox %q: not detached: %w", id, ErrNotAdoptable)
+	}
+	// Open the pidfd, then check it is still the same process (start time),
+	// so that a recycled pid can never be adopted.
+	pidfd, err := unix.PidfdOpen(st.Init, 0)
+	if err != nil || procStart(st.Init) != st.InitStart {
+		if err == nil {
+			unix.Close(pidfd)
+		}
+		return nil, nil, fmt.Errorf("sandbox %q: its init is gone: %w", id, ErrNotAdoptable)
+	}
+	sb := &sandbox{
+		id: id, stateDir: dir, workspace: st.Workspace, tempWorkspace: st.TempWS, placeholders: st.Placeholders,
+		detached: true, initPid: st.Init, initPidFD: pidfd,
+		procs: map[uint64]*process{}, done: make(chan struct{}), exited: make(chan struct{}), swept: make(chan struct{}),
+		info: runtime.Info{ID: id, Runtime: r.Name(), LandlockABI: st.LandlockABI, CgroupPaths: st.Cgroups,
+			Rootless: st.Rootless, HostUID: st.HostUID, Steps: map[string]time.Duration{}},
+	}
+	close(sb.swept)
+	go sb.pollInit()
+	fail := func(err error) (runtime.Sandbox, *agent.State, error) {
+		sb.closePidFD()
+		return nil, nil, fmt.Errorf("sandbox %q: adopt: %w", id, err)
+	}
+	if len(st.Cgroups) > 0 {
+		if sb.cg, err = cgroup.Open(st.Cgroups); err != nil {
+			return fail(err)
+		}
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fail(err)
+	}
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: filepath.Join(dir, agentSocket)}); err != nil {
+		unix.Close(fd)
+		return fail(err)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return fail(err)
+	}
+	sb.conn = agent.NewConn(os.NewFile(uintptr(fd), "control"))
+	state, err := sb.hello(ctx)
+	if err != nil {
+		sb.conn.Close()
+		return fail(err)
+	}
+	sb.nextID = state.MaxID
+	for _, p := range state.Running {
+		proc := &process{sb: sb, id: p.ID, pid: p.Pid, started: make(chan struct{}), exit: make(chan struct{})}
+		proc.startOnce.Do(func() { close(proc.started) })
+		sb.procs[p.ID] = proc
+	}
+	if err := writeState(dir, sb.state()); err != nil {
+		sb.conn.Close()
+		return fail(err)
+	}
+	go sb.readLoop()
+	return sb, state, nil
+}
+
+// hello asks the agent for its state, bounded in time.
+func (sb *sandbox) hello(ctx context.Context) (*agent.State, error) {
+	if err := sb.conn.Send(&agent.Message{Type: agent.TypeHello}); err != nil {
+		return nil, err
+	}
+	type result struct {
+		m   *agent.Message
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		m, files, err := sb.conn.Recv()
+		for _, f := range files {
+			f.Close()
+		}
+		ch <- result{m, err}
+	}()
+	select {
+	case res := <-ch:
+		if res.err != nil {
+			return nil, res.err
+		}
+		if res.m.Type != agent.TypeState || res.m.State == nil {
+			return nil, fmt.Errorf("agent answered %q to hello", res.m.Type)
+		}
+		return res.m.State, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(10 * time.Second):
+		return nil, errors.New("agent did not answer within 10s")
+	}
+}
+
+// pollInit waits for an adopted init (not this process's child, so it
+// cannot be waited for) to exit: its pidfd becomes readable.
+func (sb *sandbox) pollInit() {
+	defer close(sb.exited)
+	sb.pidfdMu.Lock()
+	fd := sb.initPidFD
+	sb.pidfdMu.Unlock()
+	// A private duplicate: closePidFD may close the shared one meanwhile.
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		return
+	}
+	defer unix.Close(dup)
+	for {
+		fds := []unix.PollFd{{Fd: int32(dup), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// Process returns a process of the sandbox by its request id: after Adopt,
+// the ones the agent reported running can be waited for and signalled.
+func (sb *sandbox) Process(id uint64) (runtime.Process, bool) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	p, ok := sb.procs[id]
+	return p, ok
+}
