@@ -28,7 +28,21 @@ const (
 	// sandbox; the agent answers TypeState.
 	TypeHello = "hello"
 	TypeState = "state"
+	// TypeRead asks for captured output; the agent answers TypeData.
+	// TypeRelease drops a finished process's captured output.
+	TypeRead    = "read"
+	TypeData    = "data"
+	TypeRelease = "release"
 )
+
+// Output streams of a captured process.
+const (
+	Stdout = 1
+	Stderr = 2
+)
+
+// MaxRead bounds the data of one TypeData answer.
+const MaxRead = 256 << 10
 
 // Messages travel over a SOCK_SEQPACKET socket pair, one message per
 // packet. A packet is bounded by the socket's send buffer (often ~200 KiB,
@@ -58,6 +72,37 @@ type Message struct {
 	Exit    *Exit        `json:"exit,omitempty"`
 	Signal  *Signal      `json:"signal,omitempty"`
 	State   *State       `json:"state,omitempty"`
+	Read    *ReadRequest `json:"read,omitempty"`
+	Data    *Data        `json:"data,omitempty"`
+	Release *Release     `json:"release,omitempty"`
+}
+
+// ReadRequest asks for a captured stream of process ID from Cursor on,
+// waiting up to WaitMs for data if there is none yet. Seq pairs it with its
+// answer.
+type ReadRequest struct {
+	Seq    uint64 `json:"seq"`
+	ID     uint64 `json:"id"`
+	Stream int    `json:"stream"`
+	Cursor uint64 `json:"cursor"`
+	Max    int    `json:"max"`
+	WaitMs int    `json:"wait_ms,omitempty"`
+}
+
+// Data answers a ReadRequest: Data starts at offset From (From > the
+// requested cursor when bytes were dropped meanwhile); EOF is set once the
+// stream ended and nothing is left after Data.
+type Data struct {
+	Seq   uint64 `json:"seq"`
+	From  uint64 `json:"from"`
+	Data  []byte `json:"data,omitempty"`
+	EOF   bool   `json:"eof,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Release drops the captured output of a finished process.
+type Release struct {
+	ID uint64 `json:"id"`
 }
 
 // State is what an agent tells a supervisor that (re)connects: the
@@ -103,8 +148,13 @@ type ExecRequest struct {
 	Env  []string `json:"env"`
 	Dir  string   `json:"dir"`
 	TTY  bool     `json:"tty,omitempty"`
-	Rows uint16   `json:"rows,omitempty"`
-	Cols uint16   `json:"cols,omitempty"`
+	// Capture: the agent keeps the process's stdout and stderr (the last
+	// DefaultOutputCap bytes of each) for TypeRead, instead of writing them
+	// to descriptors of the supervisor, so output survives a supervisor
+	// that goes away. Stdin is /dev/null. No descriptors come with it.
+	Capture bool   `json:"capture,omitempty"`
+	Rows    uint16 `json:"rows,omitempty"`
+	Cols    uint16 `json:"cols,omitempty"`
 }
 
 // Started confirms a process start; with TTY it carries the master fd.

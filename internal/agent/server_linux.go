@@ -5,6 +5,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,10 +21,11 @@ type Server struct {
 	pending  []*Exit // exits that could not be delivered, guarded by sendM
 	maxID    uint64  // guarded by mu
 
-	mu    sync.Mutex
-	procs map[int]uint64 // pid -> request id
-	pids  map[uint64]int // request id -> pid
-	sendM sync.Mutex
+	mu      sync.Mutex
+	procs   map[int]uint64              // pid -> request id
+	outputs map[uint64][2]*outputBuffer // request id -> stdout, stderr of captured processes
+	pids    map[uint64]int              // request id -> pid
+	sendM   sync.Mutex
 }
 
 // maxPending bounds the exits kept for a supervisor that is not connected.
@@ -33,7 +35,7 @@ const maxPending = 1 << 16
 // socket only the supervisor side can reach), the sandbox survives the loss
 // of its channel and waits for the next supervisor there.
 func NewServer(conn *Conn, listener *os.File) *Server {
-	return &Server{conn: conn, listener: listener, procs: map[int]uint64{}, pids: map[uint64]int{}}
+	return &Server{conn: conn, listener: listener, procs: map[int]uint64{}, pids: map[uint64]int{}, outputs: map[uint64][2]*outputBuffer{}}
 }
 
 // Serve handles requests until the supervisor closes the channel, then kills
@@ -80,6 +82,16 @@ func (s *Server) Serve() error {
 		case TypeHello:
 			closeAll(files)
 			s.hello()
+		case TypeRead:
+			closeAll(files)
+			go s.read(m.Read)
+		case TypeRelease:
+			closeAll(files)
+			if m.Release != nil {
+				s.mu.Lock()
+				delete(s.outputs, m.Release.ID)
+				s.mu.Unlock()
+			}
 		default:
 			closeAll(files)
 			s.send(&Message{Type: TypeError, Error: &Error{Message: "unknown request " + m.Type}})
@@ -176,6 +188,17 @@ func (s *Server) exec(req *ExecRequest, files []*os.File) {
 		attr.Files = []uintptr{fd, fd, fd}
 		attr.Sys.Setctty = true
 		attr.Sys.Ctty = 0
+	} else if req.Capture {
+		stdio, bufs, err := s.capture()
+		if err != nil {
+			s.fail(req.ID, "capture: "+err.Error())
+			return
+		}
+		defer closeAll(stdio)
+		attr.Files = []uintptr{stdio[0].Fd(), stdio[1].Fd(), stdio[2].Fd()}
+		s.mu.Lock()
+		s.outputs[req.ID] = bufs
+		s.mu.Unlock()
 	} else {
 		if len(files) != 3 {
 			s.fail(req.ID, "exec: want 3 stdio descriptors")
@@ -251,5 +274,77 @@ func (s *Server) reap() {
 			ex.Signal = int(ws.Signal())
 		}
 		go s.send(&Message{Type: TypeExit, Exit: ex})
+	}
+}
+
+// capture makes the stdio of a captured process: /dev/null and two pipes
+// whose read ends feed output buffers. It returns the child's ends (the
+// caller closes them once the child has them) and the buffers.
+func (s *Server) capture() ([]*os.File, [2]*outputBuffer, error) {
+	var bufs [2]*outputBuffer
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, bufs, err
+	}
+	child := []*os.File{null}
+	for i := range bufs {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(child)
+			return nil, bufs, err
+		}
+		child = append(child, w)
+		bufs[i] = newOutputBuffer(DefaultOutputCap)
+		go func(r *os.File, b *outputBuffer) {
+			defer r.Close()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := r.Read(buf)
+				if n > 0 {
+					b.write(buf[:n])
+				}
+				if err != nil {
+					b.close()
+					return
+				}
+			}
+		}(r, bufs[i])
+	}
+	return child, bufs, nil
+}
+
+// read answers one ReadRequest, waiting (bounded) for data if asked to.
+func (s *Server) read(req *ReadRequest) {
+	if req == nil {
+		return
+	}
+	answer := &Data{Seq: req.Seq}
+	defer func() { s.send(&Message{Type: TypeData, Data: answer}) }()
+	s.mu.Lock()
+	bufs, ok := s.outputs[req.ID]
+	s.mu.Unlock()
+	if !ok || (req.Stream != Stdout && req.Stream != Stderr) {
+		answer.Error = "no captured output for that process and stream"
+		return
+	}
+	limit := req.Max
+	if limit <= 0 || limit > MaxRead {
+		limit = MaxRead
+	}
+	wait := time.NewTimer(time.Duration(min(max(req.WaitMs, 0), 60000)) * time.Millisecond)
+	defer wait.Stop()
+	b := bufs[req.Stream-1]
+	for {
+		data, from, eof, changed := b.read(req.Cursor, limit)
+		if len(data) > 0 || eof {
+			answer.From, answer.Data, answer.EOF = from, data, eof
+			return
+		}
+		select {
+		case <-changed:
+		case <-wait.C:
+			answer.From = from
+			return
+		}
 	}
 }

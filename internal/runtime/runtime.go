@@ -47,6 +47,25 @@ type Process interface {
 	Wait(ctx context.Context) (ExitStatus, error)
 }
 
+// OutputReader is implemented by processes started with Capture.
+type OutputReader interface {
+	// ReadOutput returns up to max bytes of stream (1 stdout, 2 stderr)
+	// from cursor on, waiting up to wait for some if there are none yet.
+	ReadOutput(ctx context.Context, stream int, cursor uint64, max int, wait time.Duration) (OutputChunk, error)
+}
+
+// OutputChunk is a piece of captured output: Data starts at offset From
+// (From > the cursor asked for means From-cursor bytes were dropped before
+// they were read); EOF means the stream ended and nothing follows Data.
+type OutputChunk struct {
+	Data []byte
+	From uint64
+	EOF  bool
+}
+
+// Next is the cursor that continues after this chunk.
+func (c OutputChunk) Next() uint64 { return c.From + uint64(len(c.Data)) }
+
 // ExitStatus says how a process ended.
 type ExitStatus struct {
 	Code   int // exit code when Signal is 0
@@ -67,8 +86,12 @@ type ExecRequest struct {
 	Env  []string // complete environment, KEY=VALUE
 	Dir  string   // working directory inside the sandbox
 	TTY  bool
-	Rows uint16
-	Cols uint16
+	// Capture keeps stdout and stderr in the sandbox (bounded, most recent
+	// bytes) for OutputReader instead of writing to Stdout and Stderr, so
+	// output outlives a supervisor that goes away; stdin is empty.
+	Capture bool
+	Rows    uint16
+	Cols    uint16
 	// Stdin, Stdout and Stderr are handed to the process as they are when
 	// TTY is false. They must not be terminals (the caller interposes pipes
 	// for terminals so that the sandbox never holds the caller's tty).

@@ -118,6 +118,16 @@ func (r *Runtime) Adopt(ctx context.Context, id string) (runtime.Sandbox, *agent
 		proc.startOnce.Do(func() { close(proc.started) })
 		sb.procs[p.ID] = proc
 	}
+	// Processes that ended while no supervisor was connected: their status
+	// is known, and their captured output can still be read.
+	sb.ended = map[uint64]*process{}
+	for _, e := range state.Exited {
+		proc := &process{sb: sb, id: e.ID, started: make(chan struct{}), exit: make(chan struct{}),
+			status: runtime.ExitStatus{Code: e.Code, Signal: e.Signal}}
+		proc.startOnce.Do(func() { close(proc.started) })
+		close(proc.exit)
+		sb.ended[e.ID] = proc
+	}
 	if err := writeState(dir, sb.state()); err != nil {
 		sb.conn.Close()
 		return fail(err)
@@ -185,6 +195,9 @@ func (sb *sandbox) pollInit() {
 func (sb *sandbox) Process(id uint64) (runtime.Process, bool) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	p, ok := sb.procs[id]
+	if p, ok := sb.procs[id]; ok {
+		return p, true
+	}
+	p, ok := sb.ended[id]
 	return p, ok
 }

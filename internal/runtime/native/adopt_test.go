@@ -44,6 +44,13 @@ func detachedChild(stateRoot, exe string, detached bool) {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
+	// A captured process whose output outlives this supervisor.
+	if _, err := sb.Exec(context.Background(), &runtime.ExecRequest{
+		Argv: []string{"/bin/sh", "-c", "echo one; sleep 0.5; echo two; echo err >&2"}, Env: env, Dir: "/", Capture: true,
+	}); err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
 	// Let the process write its file before this supervisor "crashes".
 	time.Sleep(200 * time.Millisecond)
 	fmt.Println("id", sb.ID())
@@ -91,15 +98,28 @@ func TestAdoptAfterSupervisorDeath(t *testing.T) {
 	if err != nil {
 		t.Fatalf("adopt: %v", err)
 	}
-	if len(state.Running) != 1 || state.MaxID < 1 {
-		t.Fatalf("agent state after adoption: %+v, want the one sleeping process", state)
+	if len(state.Running) != 2 || state.MaxID != 2 {
+		t.Fatalf("agent state after adoption: %+v, want the sleeping and the captured process", state)
+	}
+	// The captured process's output, written partly before and partly
+	// after its supervisor died, is all there, from cursor 0.
+	finder := sb.(interface {
+		Process(uint64) (runtime.Process, bool)
+	})
+	captured, ok := finder.Process(2)
+	if !ok {
+		t.Fatal("the captured process is not known after adoption")
+	}
+	if got := readAll(t, captured, 1); got != "one\ntwo\n" {
+		t.Errorf("captured stdout after adoption: %q", got)
+	}
+	if got := readAll(t, captured, 2); got != "err\n" {
+		t.Errorf("captured stderr after adoption: %q", got)
 	}
 	if out, st := run(t, sb, "/bin/cat", "/tmp/state"); out != "kept\n" || st.Code != 0 {
 		t.Fatalf("adopted sandbox lost its files: %q %+v", out, st)
 	}
-	p, ok := sb.(interface {
-		Process(uint64) (runtime.Process, bool)
-	}).Process(state.Running[0].ID)
+	p, ok := finder.Process(1)
 	if !ok {
 		t.Fatal("the running process is not known after adoption")
 	}
@@ -140,5 +160,100 @@ func TestAdoptAfterSupervisorDeath(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("control: %s left after its supervisor died", dir)
+	}
+}
+
+// readAll reads a captured stream from the start to its end.
+func readAll(t *testing.T, p runtime.Process, stream int) string {
+	t.Helper()
+	r := p.(runtime.OutputReader)
+	var out []byte
+	var cursor uint64
+	for i := 0; i < 100; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := r.ReadOutput(ctx, stream, cursor, 0, 2*time.Second)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.From != cursor {
+			t.Fatalf("lost %d bytes at %d", c.From-cursor, cursor)
+		}
+		out = append(out, c.Data...)
+		cursor = c.Next()
+		if c.EOF {
+			return string(out)
+		}
+	}
+	t.Fatalf("no end of stream %d after 100 reads: %q", stream, out)
+	return ""
+}
+
+// TestCapturedOutput: captured output is read in order from any cursor;
+// a reader that falls more than the buffer behind learns how much it lost;
+// stdout and stderr stay apart.
+func TestCapturedOutput(t *testing.T) {
+	needRoot(t)
+	sb := newSandbox(t, &policy.Policy{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	env, _ := sandbox.Env(&policy.Policy{}, nil, false, os.LookupEnv)
+	p, err := sb.Exec(ctx, &runtime.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo first; echo warn >&2; echo last"}, Env: env, Dir: "/", Capture: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, p, 1); got != "first\nlast\n" {
+		t.Errorf("stdout = %q", got)
+	}
+	if got := readAll(t, p, 2); got != "warn\n" {
+		t.Errorf("stderr = %q", got)
+	}
+	// Resume from a cursor in the middle: exactly the rest.
+	c, err := p.(runtime.OutputReader).ReadOutput(ctx, 1, 6, 0, 0)
+	if err != nil || string(c.Data) != "last\n" || c.From != 6 || !c.EOF {
+		t.Errorf("read from cursor 6: %+v %v", c, err)
+	}
+	if st, err := p.Wait(ctx); err != nil || st.Code != 0 {
+		t.Errorf("wait: %+v %v", st, err)
+	}
+
+	// 3 MiB through a 1 MiB buffer, read only after the end: the first
+	// 2 MiB are reported lost, the last MiB is intact.
+	big, err := sb.Exec(ctx, &runtime.ExecRequest{Argv: []string{"/bin/sh", "-c", "head -c 3145728 /dev/zero | tr '\\0' x; echo END"}, Env: env, Dir: "/", Capture: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big.Wait(ctx)
+	var tail []byte
+	cursor, first := uint64(0), true
+	for i := 0; i < 64; i++ {
+		c, err := big.(runtime.OutputReader).ReadOutput(ctx, 1, cursor, 0, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first {
+			if lost := c.From - cursor; lost != 3145728+4-(1<<20) {
+				t.Errorf("lost %d bytes, want %d", lost, 3145728+4-(1<<20))
+			}
+			first = false
+		}
+		tail = append(tail, c.Data...)
+		cursor = c.Next()
+		if c.EOF {
+			break
+		}
+	}
+	if len(tail) != 1<<20 || string(tail[len(tail)-4:]) != "END\n" {
+		t.Errorf("kept %d bytes ending %q, want 1 MiB ending END", len(tail), tail[max(0, len(tail)-4):])
+	}
+	// Asking for a process that does not capture is an error, not a hang.
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	plain, err := sb.Exec(ctx, &runtime.ExecRequest{Argv: []string{"/bin/true"}, Env: env, Dir: "/", Stdin: null, Stdout: null, Stderr: null})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.(runtime.OutputReader).ReadOutput(ctx, 1, 0, 0, 0); err == nil {
+		t.Error("reading output of a process that was not captured succeeded")
 	}
 }

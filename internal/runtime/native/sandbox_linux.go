@@ -43,7 +43,10 @@ type sandbox struct {
 	mu      sync.Mutex
 	nextID  uint64
 	procs   map[uint64]*process
-	done    chan struct{} // closed when the control channel is gone
+	ended   map[uint64]*process // after Adopt: processes that ended while no supervisor was connected
+	nextSeq uint64
+	reads   map[uint64]chan *agent.Data // pending output reads by sequence
+	done    chan struct{}               // closed when the control channel is gone
 	destroy sync.Once
 }
 
@@ -75,6 +78,18 @@ func (sb *sandbox) dispatch(m *agent.Message, files []*os.File) {
 		id = m.Exit.ID
 	case m.Type == agent.TypeError && m.Error != nil:
 		id = m.Error.ID
+	case m.Type == agent.TypeData && m.Data != nil:
+		for _, f := range files {
+			f.Close()
+		}
+		sb.mu.Lock()
+		ch := sb.reads[m.Data.Seq]
+		delete(sb.reads, m.Data.Seq)
+		sb.mu.Unlock()
+		if ch != nil {
+			ch <- m.Data
+		}
+		return
 	}
 	sb.mu.Lock()
 	p := sb.procs[id]
@@ -132,8 +147,12 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 	msg := &agent.Message{Type: agent.TypeExec, Exec: &agent.ExecRequest{
 		ID: p.id, Argv: req.Argv, Env: req.Env, Dir: req.Dir, TTY: req.TTY, Rows: req.Rows, Cols: req.Cols,
 	}}
+	if req.Capture && req.TTY {
+		return fail(errors.New("exec: a TTY process cannot be captured"))
+	}
+	msg.Exec.Capture = req.Capture
 	var fds []int
-	if !req.TTY {
+	if !req.TTY && !req.Capture {
 		if req.Stdin == nil || req.Stdout == nil || req.Stderr == nil {
 			return fail(errors.New("exec: stdin, stdout and stderr are required without a TTY"))
 		}
@@ -335,5 +354,46 @@ func (sb *sandbox) state() *stateFile {
 		Workspace: sb.workspace, Placeholders: sb.placeholders, Cgroups: sb.info.CgroupPaths,
 		Detached: sb.detached, Init: sb.initPid, InitStart: procStart(sb.initPid),
 		HostUID: sb.info.HostUID, Rootless: sb.info.Rootless, LandlockABI: sb.info.LandlockABI, TempWS: sb.tempWorkspace,
+	}
+}
+
+var _ runtime.OutputReader = (*process)(nil)
+
+// ReadOutput implements runtime.OutputReader.
+func (p *process) ReadOutput(ctx context.Context, stream int, cursor uint64, max int, wait time.Duration) (runtime.OutputChunk, error) {
+	sb := p.sb
+	ch := make(chan *agent.Data, 1)
+	sb.mu.Lock()
+	sb.nextSeq++
+	seq := sb.nextSeq
+	if sb.reads == nil {
+		sb.reads = map[uint64]chan *agent.Data{}
+	}
+	sb.reads[seq] = ch
+	sb.mu.Unlock()
+	forget := func() {
+		sb.mu.Lock()
+		delete(sb.reads, seq)
+		sb.mu.Unlock()
+	}
+	err := sb.conn.Send(&agent.Message{Type: agent.TypeRead, Read: &agent.ReadRequest{
+		Seq: seq, ID: p.id, Stream: stream, Cursor: cursor, Max: max, WaitMs: int(wait / time.Millisecond),
+	}})
+	if err != nil {
+		forget()
+		return runtime.OutputChunk{}, err
+	}
+	select {
+	case d := <-ch:
+		if d.Error != "" {
+			return runtime.OutputChunk{}, errors.New(d.Error)
+		}
+		return runtime.OutputChunk{Data: d.Data, From: d.From, EOF: d.EOF}, nil
+	case <-sb.done:
+		forget()
+		return runtime.OutputChunk{}, ErrSandboxGone
+	case <-ctx.Done():
+		forget()
+		return runtime.OutputChunk{}, ctx.Err()
 	}
 }
