@@ -1,0 +1,73 @@
+//go:build linux
+
+package e2e
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+type doctorReport struct {
+	FullIsolation bool `json:"full_isolation"`
+	Checks        []struct {
+		Name     string `json:"name"`
+		OK       bool   `json:"ok"`
+		Required bool   `json:"required"`
+		Detail   string `json:"detail"`
+	} `json:"checks"`
+}
+
+func doctorJSON(t *testing.T, o opts) (doctorReport, result) {
+	t.Helper()
+	r := airlock(t, o, "doctor", "--json")
+	var rep doctorReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("doctor --json is not JSON: %v\n%s", err, r)
+	}
+	return rep, r
+}
+
+// As root on this host every layer is there: doctor says so, exits 0, and
+// its self-test sandbox ran (the canary and outside-write probes failed,
+// their controls succeeded). As nobody on a cgroup v1 host the cgroups layer
+// is missing: doctor exits 1 and names it (the negative control).
+func TestDoctor(t *testing.T) {
+	needRoot(t)
+	rep, r := doctorJSON(t, opts{})
+	if r.code != 0 || !rep.FullIsolation {
+		t.Fatalf("doctor as root: exit %d, full isolation %v\n%s", r.code, rep.FullIsolation, r)
+	}
+	seen := map[string]bool{}
+	for _, c := range rep.Checks {
+		seen[c.Name] = c.OK
+		if c.Required && !c.OK {
+			t.Errorf("required check %q failed: %s", c.Name, c.Detail)
+		}
+	}
+	for _, name := range []string{"user namespaces", "seccomp", "landlock", "cgroups", "overlayfs",
+		"self-test: read canary outside", "self-test: read workspace (control)",
+		"self-test: write outside workspace", "self-test: write workspace (control)"} {
+		if !seen[name] {
+			t.Errorf("doctor did not report %q as ok", name)
+		}
+	}
+	human := airlock(t, opts{}, "doctor")
+	if human.code != 0 || !strings.Contains(human.stdout, "full isolation: yes") {
+		t.Errorf("doctor (human): exit %d\n%s", human.code, human)
+	}
+
+	rep, r = doctorJSON(t, opts{nobody: true, noFlag: true})
+	if r.code == 0 || rep.FullIsolation {
+		t.Skip("nobody can create cgroups on this host: no missing layer to report")
+	}
+	failed := false
+	for _, c := range rep.Checks {
+		if c.Name == "cgroups" && !c.OK {
+			failed = true
+		}
+	}
+	if r.code != 1 || !failed {
+		t.Errorf("doctor as nobody: exit %d, cgroups check failed %v\n%s", r.code, failed, r)
+	}
+}
