@@ -39,7 +39,8 @@ func NewServer(conn *Conn, listener *os.File) *Server {
 }
 
 // Serve handles requests until the supervisor closes the channel, then kills
-// every process of the sandbox and returns. As PID 1 it also reaps every
+// every process of the sandbox and returns; with a listener it waits for the
+// next supervisor instead, and only a failing listener ends the sandbox. As PID 1 it also reaps every
 // orphan that the kernel reparents to it.
 func (s *Server) Serve() error {
 	sigc := make(chan os.Signal, 16)
