@@ -33,6 +33,31 @@ const (
 	TypeRead    = "read"
 	TypeData    = "data"
 	TypeRelease = "release"
+	// TypeFile is a file operation done by the agent inside the sandbox
+	// (so paths resolve in the sandbox's own view); it answers
+	// TypeFileResult.
+	TypeFile       = "file"
+	TypeFileResult = "file_result"
+)
+
+// File operations.
+const (
+	FileStat   = "stat"
+	FileList   = "list"
+	FileMkdir  = "mkdir"  // with parents, like mkdir -p
+	FileRemove = "remove" // Recursive: the whole tree
+	FileRename = "rename"
+	FileRead   = "read"  // content written to the descriptor that comes with the request
+	FileWrite  = "write" // content read from the descriptor, replaced atomically
+)
+
+// Error kinds of a FileResult.
+const (
+	KindNotFound   = "not_found"
+	KindExists     = "exists"
+	KindInvalid    = "invalid"
+	KindPermission = "permission"
+	KindOther      = "other"
 )
 
 // Output streams of a captured process.
@@ -75,6 +100,38 @@ type Message struct {
 	Read    *ReadRequest `json:"read,omitempty"`
 	Data    *Data        `json:"data,omitempty"`
 	Release *Release     `json:"release,omitempty"`
+	File    *FileRequest `json:"file,omitempty"`
+	Result  *FileResult  `json:"result,omitempty"`
+}
+
+// FileRequest is one file operation. Paths are absolute in the sandbox, or
+// relative to /workspace.
+type FileRequest struct {
+	Seq       uint64 `json:"seq"`
+	Op        string `json:"op"`
+	Path      string `json:"path"`
+	To        string `json:"to,omitempty"`
+	Mode      uint32 `json:"mode,omitempty"`
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// FileResult answers a FileRequest.
+type FileResult struct {
+	Seq     uint64     `json:"seq"`
+	Error   string     `json:"error,omitempty"`
+	Kind    string     `json:"kind,omitempty"`
+	Stat    *FileInfo  `json:"stat,omitempty"`
+	Entries []FileInfo `json:"entries,omitempty"`
+}
+
+// FileInfo describes one file.
+type FileInfo struct {
+	Name    string `json:"name"`
+	Size    int64  `json:"size"`
+	Mode    uint32 `json:"mode"` // permission bits
+	Dir     bool   `json:"dir,omitempty"`
+	Link    string `json:"link,omitempty"` // symlink target
+	ModTime int64  `json:"mtime"`          // Unix nanoseconds
 }
 
 // ReadRequest asks for a captured stream of process ID from Cursor on,

@@ -86,6 +86,8 @@ func (s *Server) Serve() error {
 		case TypeRead:
 			closeAll(files)
 			go s.read(m.Read)
+		case TypeFile:
+			s.file(m.File, files)
 		case TypeRelease:
 			closeAll(files)
 			if m.Release != nil {

@@ -10,6 +10,8 @@ package runtime
 
 import (
 	"context"
+	"errors"
+	"io"
 	"os"
 	"time"
 )
@@ -46,6 +48,39 @@ type Process interface {
 	// Wait blocks until the process ends.
 	Wait(ctx context.Context) (ExitStatus, error)
 }
+
+// Files is implemented by sandboxes whose agent serves file operations.
+// Paths are absolute in the sandbox or relative to /workspace, and resolve
+// in the sandbox's own view (the agent does the work inside).
+type Files interface {
+	Stat(ctx context.Context, path string) (FileInfo, error)
+	ReadDir(ctx context.Context, path string) ([]FileInfo, error)
+	MkdirAll(ctx context.Context, path string, mode os.FileMode) error
+	Remove(ctx context.Context, path string, recursive bool) error
+	Rename(ctx context.Context, from, to string) error
+	// ReadFile streams a file's content; Size tells a short read.
+	ReadFile(ctx context.Context, path string) (io.ReadCloser, FileInfo, error)
+	// WriteFile replaces path atomically with everything r yields.
+	WriteFile(ctx context.Context, path string, mode os.FileMode, r io.Reader) error
+}
+
+// FileInfo describes a file in a sandbox.
+type FileInfo struct {
+	Name    string
+	Size    int64
+	Mode    os.FileMode // permission bits
+	Dir     bool
+	Link    string // symlink target
+	ModTime time.Time
+}
+
+// Errors of file operations, to be matched with errors.Is.
+var (
+	ErrNotFound   = errors.New("not found")
+	ErrExists     = errors.New("already exists")
+	ErrInvalid    = errors.New("invalid argument")
+	ErrPermission = errors.New("permission denied")
+)
 
 // OutputReader is implemented by processes started with Capture.
 type OutputReader interface {

@@ -45,8 +45,9 @@ type sandbox struct {
 	procs   map[uint64]*process
 	ended   map[uint64]*process // after Adopt: processes that ended while no supervisor was connected
 	nextSeq uint64
-	reads   map[uint64]chan *agent.Data // pending output reads by sequence
-	done    chan struct{}               // closed when the control channel is gone
+	reads   map[uint64]chan *agent.Data       // pending output reads by sequence
+	results map[uint64]chan *agent.FileResult // pending file operations by sequence
+	done    chan struct{}                     // closed when the control channel is gone
 	destroy sync.Once
 }
 
@@ -78,6 +79,18 @@ func (sb *sandbox) dispatch(m *agent.Message, files []*os.File) {
 		id = m.Exit.ID
 	case m.Type == agent.TypeError && m.Error != nil:
 		id = m.Error.ID
+	case m.Type == agent.TypeFileResult && m.Result != nil:
+		for _, f := range files {
+			f.Close()
+		}
+		sb.mu.Lock()
+		ch := sb.results[m.Result.Seq]
+		delete(sb.results, m.Result.Seq)
+		sb.mu.Unlock()
+		if ch != nil {
+			ch <- m.Result
+		}
+		return
 	case m.Type == agent.TypeData && m.Data != nil:
 		for _, f := range files {
 			f.Close()

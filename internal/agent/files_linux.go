@@ -1,0 +1,236 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxPath bounds a path in a file request (PATH_MAX).
+const maxPath = 4096
+
+// file runs one file operation. It runs in the sandbox, under every layer
+// the sandbox's processes have, so a path can only ever name the sandbox's
+// own files: "../../etc/passwd" is the sandbox's /etc/passwd.
+func (s *Server) file(req *FileRequest, files []*os.File) {
+	if req == nil {
+		closeAll(files)
+		return
+	}
+	res := &FileResult{Seq: req.Seq}
+	defer func() {
+		if res != nil { // nil: answered later (write)
+			s.send(&Message{Type: TypeFileResult, Result: res})
+		}
+	}()
+	fail := func(err error) {
+		res.Error, res.Kind = err.Error(), errKind(err)
+	}
+	path, err := sandboxPath(req.Path)
+	if err != nil {
+		closeAll(files)
+		fail(err)
+		return
+	}
+	switch req.Op {
+	case FileStat:
+		closeAll(files)
+		fi, err := os.Lstat(path)
+		if err != nil {
+			fail(err)
+			return
+		}
+		res.Stat = info(path, fi)
+	case FileList:
+		closeAll(files)
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			fail(err)
+			return
+		}
+		res.Entries = []FileInfo{}
+		for _, e := range entries {
+			if fi, err := e.Info(); err == nil {
+				res.Entries = append(res.Entries, *info(filepath.Join(path, e.Name()), fi))
+			}
+		}
+	case FileMkdir:
+		closeAll(files)
+		if err := os.MkdirAll(path, perm(req.Mode, 0o755)); err != nil {
+			fail(err)
+		}
+	case FileRemove:
+		closeAll(files)
+		if path == "/" || path == "/workspace" {
+			fail(invalidf("refusing to remove %s", path))
+			return
+		}
+		if _, err := os.Lstat(path); err != nil {
+			fail(err)
+			return
+		}
+		if req.Recursive {
+			err = os.RemoveAll(path)
+		} else {
+			err = os.Remove(path)
+		}
+		if err != nil {
+			fail(err)
+		}
+	case FileRename:
+		closeAll(files)
+		to, err := sandboxPath(req.To)
+		if err != nil {
+			fail(err)
+			return
+		}
+		if err := os.Rename(path, to); err != nil {
+			fail(err)
+		}
+	case FileRead:
+		if len(files) != 1 {
+			closeAll(files)
+			fail(invalidf("read wants one descriptor"))
+			return
+		}
+		f, err := os.Open(path)
+		if err == nil {
+			var fi os.FileInfo
+			if fi, err = f.Stat(); err == nil && fi.IsDir() {
+				err = &fs.PathError{Op: "read", Path: path, Err: unix.EISDIR}
+			} else if err == nil {
+				res.Stat = info(path, fi)
+			}
+			if err != nil {
+				f.Close()
+			}
+		}
+		if err != nil {
+			files[0].Close()
+			fail(err)
+			return
+		}
+		// The answer goes first; the content follows on the descriptor,
+		// which closes at its end (Stat.Size tells a short read).
+		go func(dst *os.File) {
+			defer dst.Close()
+			defer f.Close()
+			io.Copy(dst, f)
+		}(files[0])
+	case FileWrite:
+		if len(files) != 1 {
+			closeAll(files)
+			fail(invalidf("write wants one descriptor"))
+			return
+		}
+		// Synchronous answer after the whole content is in place, but off
+		// the request loop so a slow writer does not stall the sandbox.
+		res = nil
+		go func(src *os.File) {
+			defer src.Close()
+			r := &FileResult{Seq: req.Seq}
+			if err := writeAtomic(path, perm(req.Mode, 0o644), src); err != nil {
+				r.Error, r.Kind = err.Error(), errKind(err)
+			}
+			s.send(&Message{Type: TypeFileResult, Result: r})
+		}(files[0])
+	default:
+		closeAll(files)
+		fail(invalidf("unknown file operation %q", req.Op))
+	}
+}
+
+// writeAtomic writes src to a temporary file next to path and renames it
+// over path, so a reader never sees a half-written file.
+func writeAtomic(path string, mode os.FileMode, src io.Reader) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, ".airlock-write-*")
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := io.Copy(tmp, src); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	ok = true
+	return nil
+}
+
+// sandboxPath checks and cleans a path of a file request: absolute in the
+// sandbox, or relative to /workspace.
+func sandboxPath(p string) (string, error) {
+	switch {
+	case p == "":
+		return "", invalidf("empty path")
+	case len(p) > maxPath:
+		return "", invalidf("path of %d bytes is longer than %d", len(p), maxPath)
+	case strings.ContainsRune(p, 0):
+		return "", invalidf("path contains a NUL byte")
+	}
+	if !filepath.IsAbs(p) {
+		p = filepath.Join("/workspace", p)
+	}
+	return filepath.Clean(p), nil
+}
+
+func info(path string, fi os.FileInfo) *FileInfo {
+	i := &FileInfo{Name: fi.Name(), Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), Dir: fi.IsDir(), ModTime: fi.ModTime().UnixNano()}
+	if fi.Mode()&os.ModeSymlink != 0 {
+		i.Link, _ = os.Readlink(path)
+	}
+	return i
+}
+
+func perm(mode uint32, def os.FileMode) os.FileMode {
+	if mode == 0 {
+		return def
+	}
+	return os.FileMode(mode) & os.ModePerm
+}
+
+type invalidError string
+
+func (e invalidError) Error() string { return string(e) }
+
+func invalidf(format string, args ...any) error {
+	return invalidError(fmt.Sprintf(format, args...))
+}
+
+func errKind(err error) string {
+	var inv invalidError
+	switch {
+	case errors.As(err, &inv):
+		return KindInvalid
+	case errors.Is(err, fs.ErrNotExist):
+		return KindNotFound
+	case errors.Is(err, fs.ErrExist), errors.Is(err, unix.ENOTEMPTY):
+		return KindExists
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, unix.EROFS), errors.Is(err, unix.EPERM):
+		return KindPermission
+	case errors.Is(err, unix.EISDIR), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENAMETOOLONG), errors.Is(err, unix.ELOOP):
+		return KindInvalid
+	}
+	return KindOther
+}

@@ -1,0 +1,156 @@
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/airlock-dev/airlock/internal/agent"
+	"github.com/airlock-dev/airlock/internal/runtime"
+)
+
+var _ runtime.Files = (*sandbox)(nil)
+
+// fileOp sends a file request (with an optional descriptor) and waits for
+// its answer.
+func (sb *sandbox) fileOp(ctx context.Context, req *agent.FileRequest, fd *os.File) (*agent.FileResult, error) {
+	ch := make(chan *agent.FileResult, 1)
+	sb.mu.Lock()
+	sb.nextSeq++
+	req.Seq = sb.nextSeq
+	if sb.results == nil {
+		sb.results = map[uint64]chan *agent.FileResult{}
+	}
+	sb.results[req.Seq] = ch
+	sb.mu.Unlock()
+	forget := func() {
+		sb.mu.Lock()
+		delete(sb.results, req.Seq)
+		sb.mu.Unlock()
+	}
+	var fds []int
+	if fd != nil {
+		fds = []int{int(fd.Fd())}
+	}
+	if err := sb.conn.Send(&agent.Message{Type: agent.TypeFile, File: req}, fds...); err != nil {
+		forget()
+		return nil, err
+	}
+	select {
+	case res := <-ch:
+		if res.Error != "" {
+			return nil, fmt.Errorf("%s %s: %w", req.Op, req.Path, kindError(res))
+		}
+		return res, nil
+	case <-sb.done:
+		forget()
+		return nil, ErrSandboxGone
+	case <-ctx.Done():
+		forget()
+		return nil, ctx.Err()
+	}
+}
+
+func kindError(res *agent.FileResult) error {
+	var kind error
+	switch res.Kind {
+	case agent.KindNotFound:
+		kind = runtime.ErrNotFound
+	case agent.KindExists:
+		kind = runtime.ErrExists
+	case agent.KindInvalid:
+		kind = runtime.ErrInvalid
+	case agent.KindPermission:
+		kind = runtime.ErrPermission
+	default:
+		return errors.New(res.Error)
+	}
+	return fmt.Errorf("%w (%s)", kind, res.Error)
+}
+
+func fileInfo(i *agent.FileInfo) runtime.FileInfo {
+	if i == nil {
+		return runtime.FileInfo{}
+	}
+	return runtime.FileInfo{Name: i.Name, Size: i.Size, Mode: os.FileMode(i.Mode), Dir: i.Dir, Link: i.Link, ModTime: time.Unix(0, i.ModTime)}
+}
+
+// Stat implements runtime.Files.
+func (sb *sandbox) Stat(ctx context.Context, path string) (runtime.FileInfo, error) {
+	res, err := sb.fileOp(ctx, &agent.FileRequest{Op: agent.FileStat, Path: path}, nil)
+	if err != nil {
+		return runtime.FileInfo{}, err
+	}
+	return fileInfo(res.Stat), nil
+}
+
+// ReadDir implements runtime.Files.
+func (sb *sandbox) ReadDir(ctx context.Context, path string) ([]runtime.FileInfo, error) {
+	res, err := sb.fileOp(ctx, &agent.FileRequest{Op: agent.FileList, Path: path}, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]runtime.FileInfo, len(res.Entries))
+	for i := range res.Entries {
+		out[i] = fileInfo(&res.Entries[i])
+	}
+	return out, nil
+}
+
+// MkdirAll implements runtime.Files.
+func (sb *sandbox) MkdirAll(ctx context.Context, path string, mode os.FileMode) error {
+	_, err := sb.fileOp(ctx, &agent.FileRequest{Op: agent.FileMkdir, Path: path, Mode: uint32(mode.Perm())}, nil)
+	return err
+}
+
+// Remove implements runtime.Files.
+func (sb *sandbox) Remove(ctx context.Context, path string, recursive bool) error {
+	_, err := sb.fileOp(ctx, &agent.FileRequest{Op: agent.FileRemove, Path: path, Recursive: recursive}, nil)
+	return err
+}
+
+// Rename implements runtime.Files.
+func (sb *sandbox) Rename(ctx context.Context, from, to string) error {
+	_, err := sb.fileOp(ctx, &agent.FileRequest{Op: agent.FileRename, Path: from, To: to}, nil)
+	return err
+}
+
+// ReadFile implements runtime.Files: the agent writes the content into a
+// pipe; nothing is buffered whole.
+func (sb *sandbox) ReadFile(ctx context.Context, path string) (io.ReadCloser, runtime.FileInfo, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, runtime.FileInfo{}, err
+	}
+	res, err := sb.fileOp(ctx, &agent.FileRequest{Op: agent.FileRead, Path: path}, w)
+	w.Close()
+	if err != nil {
+		r.Close()
+		return nil, runtime.FileInfo{}, err
+	}
+	return r, fileInfo(res.Stat), nil
+}
+
+// WriteFile implements runtime.Files: the content goes through a pipe to
+// the agent, which replaces the file atomically once it has all of it.
+func (sb *sandbox) WriteFile(ctx context.Context, path string, mode os.FileMode, src io.Reader) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	copied := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(w, src)
+		w.Close()
+		copied <- err
+	}()
+	_, err = sb.fileOp(ctx, &agent.FileRequest{Op: agent.FileWrite, Path: path, Mode: uint32(mode.Perm())}, r)
+	r.Close()
+	if cerr := <-copied; err == nil && cerr != nil {
+		err = fmt.Errorf("write %s: reading the content: %w", path, cerr)
+	}
+	return err
+}

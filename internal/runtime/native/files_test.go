@@ -1,0 +1,130 @@
+//go:build linux
+
+package native_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/runtime"
+)
+
+// TestFiles drives every file operation the agent serves, with the API
+// probes of shared/probes.md (traversal, symlinked parent, NUL, long names)
+// next to the same operations done right.
+func TestFiles(t *testing.T) {
+	needRoot(t)
+	ws := t.TempDir()
+	os.Chmod(ws, 0o755)
+	os.MkdirAll(filepath.Join(ws, ".git", "hooks"), 0o755)
+	sb := newSandbox(t, &policy.Policy{Workspace: ws})
+	fs := sb.(runtime.Files)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Write and read back 5 MiB, streamed both ways.
+	content := bytes.Repeat([]byte("0123456789abcdef"), 5<<16)
+	if err := fs.WriteFile(ctx, "data/big.bin", 0o600, bytes.NewReader(content)); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("write into a missing directory: %v, want not found", err)
+	}
+	if err := fs.MkdirAll(ctx, "data/sub", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.WriteFile(ctx, "data/big.bin", 0o600, bytes.NewReader(content)); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := os.ReadFile(filepath.Join(ws, "data", "big.bin")); err != nil || sha256.Sum256(h) != sha256.Sum256(content) {
+		t.Fatalf("host sees a different file (%d bytes, %v)", len(h), err)
+	}
+	r, info, err := fs.ReadFile(ctx, "/workspace/data/big.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r)
+	r.Close()
+	if !bytes.Equal(got, content) || info.Size != int64(len(content)) || info.Mode != 0o600 {
+		t.Fatalf("read back %d bytes, info %+v", len(got), info)
+	}
+
+	// Stat, list, rename, remove.
+	if fi, err := fs.Stat(ctx, "data"); err != nil || !fi.Dir {
+		t.Fatalf("stat data: %+v %v", fi, err)
+	}
+	if err := fs.Rename(ctx, "data/big.bin", "data/sub/moved.bin"); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := fs.ReadDir(ctx, "data/sub")
+	if err != nil || len(entries) != 1 || entries[0].Name != "moved.bin" {
+		t.Fatalf("list: %+v %v", entries, err)
+	}
+	if err := fs.Remove(ctx, "data", false); !errors.Is(err, runtime.ErrExists) {
+		t.Errorf("removing a non-empty directory without recursive: %v", err)
+	}
+	if err := fs.Remove(ctx, "data", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "data")); !os.IsNotExist(err) {
+		t.Errorf("data still on the host: %v", err)
+	}
+	if _, err := fs.Stat(ctx, "data"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("stat of a removed path: %v", err)
+	}
+
+	// Traversal resolves in the sandbox: its own /etc/passwd, not the host's.
+	r, _, err = fs.ReadFile(ctx, "../../../../etc/passwd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	passwd, _ := io.ReadAll(r)
+	r.Close()
+	host, _ := os.ReadFile("/etc/passwd")
+	if bytes.Equal(passwd, host) || !strings.HasPrefix(string(passwd), "root:x:0:0") {
+		t.Errorf("../../etc/passwd read the host's file or nothing: %q", passwd)
+	}
+	// A symlinked parent pointing at /etc lands in the sandbox's /etc
+	// (its copy-on-write layer), never the host's.
+	if err := os.Symlink("/etc", filepath.Join(ws, "d")); err != nil {
+		t.Fatal(err)
+	}
+	marker := "airlock-files-test-" + filepath.Base(ws)
+	if err := fs.WriteFile(ctx, "d/"+marker, 0o644, strings.NewReader("x")); err != nil {
+		t.Fatalf("write through a symlinked parent: %v", err)
+	}
+	if _, err := os.Stat("/etc/" + marker); !os.IsNotExist(err) {
+		os.Remove("/etc/" + marker)
+		t.Fatalf("a write through a symlinked parent reached the host's /etc")
+	}
+	if _, err := fs.Stat(ctx, "/etc/"+marker); err != nil {
+		t.Errorf("control: the file is in the sandbox's own /etc: %v", err)
+	}
+
+	// Protected workspace paths stay read-only through the file API too.
+	if err := fs.WriteFile(ctx, ".git/hooks/pre-commit", 0o755, strings.NewReader("#!/bin/sh\n")); !errors.Is(err, runtime.ErrPermission) {
+		t.Errorf("write to .git/hooks: %v, want permission denied", err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, ".git/hooks/pre-commit")); !os.IsNotExist(err) {
+		t.Errorf("a hook reached the host workspace")
+	}
+
+	// Bad input: clear errors, nothing written.
+	for _, p := range []string{"", "a\x00b", "/" + strings.Repeat("n", 5000)} {
+		if err := fs.WriteFile(ctx, p, 0o644, strings.NewReader("x")); !errors.Is(err, runtime.ErrInvalid) {
+			t.Errorf("write %.20q: %v, want invalid", p, err)
+		}
+	}
+	if err := fs.Remove(ctx, "/workspace", true); !errors.Is(err, runtime.ErrInvalid) {
+		t.Errorf("removing the workspace itself: %v", err)
+	}
+	if _, _, err := fs.ReadFile(ctx, "/workspace"); !errors.Is(err, runtime.ErrInvalid) {
+		t.Errorf("reading a directory: %v", err)
+	}
+}
