@@ -87,7 +87,7 @@ func (s *Server) Serve() error {
 			closeAll(files)
 			go s.read(m.Read)
 		case TypeFile:
-			s.file(m.File, files)
+			go s.file(m.File, files) // off the request loop: a large remove must not stall exec
 		case TypeRelease:
 			closeAll(files)
 			if m.Release != nil {
