@@ -38,6 +38,10 @@ const (
 	// TypeFileResult.
 	TypeFile       = "file"
 	TypeFileResult = "file_result"
+	// TypeStdin writes to (or closes) the stdin of a captured process; the
+	// agent answers TypeAck once the bytes are in the pipe.
+	TypeStdin = "stdin"
+	TypeAck   = "ack"
 )
 
 // File operations.
@@ -101,6 +105,8 @@ type Message struct {
 	Data    *Data        `json:"data,omitempty"`
 	Release *Release     `json:"release,omitempty"`
 	File    *FileRequest `json:"file,omitempty"`
+	Stdin   *Stdin       `json:"stdin,omitempty"`
+	Ack     *Ack         `json:"ack,omitempty"`
 	Result  *FileResult  `json:"result,omitempty"`
 }
 
@@ -157,6 +163,20 @@ type Data struct {
 	Error string `json:"error,omitempty"`
 }
 
+// Stdin carries bytes for a captured process's stdin, then (Close) its end.
+type Stdin struct {
+	Seq   uint64 `json:"seq"`
+	ID    uint64 `json:"id"`
+	Data  []byte `json:"data,omitempty"`
+	Close bool   `json:"close,omitempty"`
+}
+
+// Ack answers a request that returns nothing but success or an error.
+type Ack struct {
+	Seq   uint64 `json:"seq"`
+	Error string `json:"error,omitempty"`
+}
+
 // Release drops the captured output of a finished process.
 type Release struct {
 	ID uint64 `json:"id"`
@@ -208,7 +228,8 @@ type ExecRequest struct {
 	// Capture: the agent keeps the process's stdout and stderr (the last
 	// DefaultOutputCap bytes of each) for TypeRead, instead of writing them
 	// to descriptors of the supervisor, so output survives a supervisor
-	// that goes away. Stdin is /dev/null. No descriptors come with it.
+	// that goes away. Stdin is a pipe fed by TypeStdin. No descriptors come
+	// with it.
 	Capture bool   `json:"capture,omitempty"`
 	Rows    uint16 `json:"rows,omitempty"`
 	Cols    uint16 `json:"cols,omitempty"`

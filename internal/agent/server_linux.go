@@ -24,6 +24,7 @@ type Server struct {
 	mu      sync.Mutex
 	procs   map[int]uint64              // pid -> request id
 	outputs map[uint64][2]*outputBuffer // request id -> stdout, stderr of captured processes
+	stdins  map[uint64]chan *Stdin      // request id -> queue of a captured process's stdin writer
 	pids    map[uint64]int              // request id -> pid
 	sendM   sync.Mutex
 }
@@ -35,7 +36,7 @@ const maxPending = 1 << 16
 // socket only the supervisor side can reach), the sandbox survives the loss
 // of its channel and waits for the next supervisor there.
 func NewServer(conn *Conn, listener *os.File) *Server {
-	return &Server{conn: conn, listener: listener, procs: map[int]uint64{}, pids: map[uint64]int{}, outputs: map[uint64][2]*outputBuffer{}}
+	return &Server{conn: conn, listener: listener, procs: map[int]uint64{}, pids: map[uint64]int{}, outputs: map[uint64][2]*outputBuffer{}, stdins: map[uint64]chan *Stdin{}}
 }
 
 // Serve handles requests until the supervisor closes the channel, then kills
@@ -86,6 +87,9 @@ func (s *Server) Serve() error {
 		case TypeRead:
 			closeAll(files)
 			go s.read(m.Read)
+		case TypeStdin:
+			closeAll(files)
+			s.stdin(m.Stdin)
 		case TypeFile:
 			go s.file(m.File, files) // off the request loop: a large remove must not stall exec
 		case TypeRelease:
@@ -93,6 +97,10 @@ func (s *Server) Serve() error {
 			if m.Release != nil {
 				s.mu.Lock()
 				delete(s.outputs, m.Release.ID)
+				if q, ok := s.stdins[m.Release.ID]; ok {
+					delete(s.stdins, m.Release.ID)
+					close(q)
+				}
 				s.mu.Unlock()
 			}
 		default:
@@ -192,15 +200,18 @@ func (s *Server) exec(req *ExecRequest, files []*os.File) {
 		attr.Sys.Setctty = true
 		attr.Sys.Ctty = 0
 	} else if req.Capture {
-		stdio, bufs, err := s.capture()
+		stdio, bufs, stdinW, err := s.capture()
 		if err != nil {
 			s.fail(req.ID, "capture: "+err.Error())
 			return
 		}
 		defer closeAll(stdio)
 		attr.Files = []uintptr{stdio[0].Fd(), stdio[1].Fd(), stdio[2].Fd()}
+		queue := make(chan *Stdin, 64)
+		go s.stdinWriter(stdinW, queue)
 		s.mu.Lock()
 		s.outputs[req.ID] = bufs
+		s.stdins[req.ID] = queue
 		s.mu.Unlock()
 	} else {
 		if len(files) != 3 {
@@ -283,18 +294,19 @@ func (s *Server) reap() {
 // capture makes the stdio of a captured process: /dev/null and two pipes
 // whose read ends feed output buffers. It returns the child's ends (the
 // caller closes them once the child has them) and the buffers.
-func (s *Server) capture() ([]*os.File, [2]*outputBuffer, error) {
+func (s *Server) capture() ([]*os.File, [2]*outputBuffer, *os.File, error) {
 	var bufs [2]*outputBuffer
-	null, err := os.Open(os.DevNull)
+	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
-		return nil, bufs, err
+		return nil, bufs, nil, err
 	}
-	child := []*os.File{null}
+	child := []*os.File{stdinR}
 	for i := range bufs {
 		r, w, err := os.Pipe()
 		if err != nil {
 			closeAll(child)
-			return nil, bufs, err
+			stdinW.Close()
+			return nil, bufs, nil, err
 		}
 		child = append(child, w)
 		bufs[i] = newOutputBuffer(DefaultOutputCap)
@@ -313,7 +325,55 @@ func (s *Server) capture() ([]*os.File, [2]*outputBuffer, error) {
 			}
 		}(r, bufs[i])
 	}
-	return child, bufs, nil
+	return child, bufs, stdinW, nil
+}
+
+// stdin queues a write to a captured process's stdin; the writer answers.
+func (s *Server) stdin(req *Stdin) {
+	if req == nil {
+		return
+	}
+	s.mu.Lock()
+	queue, ok := s.stdins[req.ID]
+	if ok && req.Close {
+		delete(s.stdins, req.ID) // later writes fail: stdin is closed
+	}
+	s.mu.Unlock()
+	if !ok {
+		s.send(&Message{Type: TypeAck, Ack: &Ack{Seq: req.Seq, Error: "no open stdin for that process"}})
+		return
+	}
+	if req.Close {
+		// Behind every write already queued; blocking is fine off the loop.
+		go func() {
+			queue <- req
+			close(queue)
+		}()
+		return
+	}
+	select {
+	case queue <- req:
+	default:
+		s.send(&Message{Type: TypeAck, Ack: &Ack{Seq: req.Seq, Error: "stdin busy: too many writes in flight"}})
+	}
+}
+
+// stdinWriter feeds one captured process's stdin in order, off the request
+// loop (a process that does not read must not stall the agent).
+func (s *Server) stdinWriter(w *os.File, queue chan *Stdin) {
+	defer w.Close()
+	for req := range queue {
+		ack := &Ack{Seq: req.Seq}
+		if len(req.Data) > 0 {
+			if _, err := w.Write(req.Data); err != nil {
+				ack.Error = "write stdin: " + err.Error()
+			}
+		}
+		s.send(&Message{Type: TypeAck, Ack: ack})
+		if req.Close {
+			return
+		}
+	}
 }
 
 // read answers one ReadRequest, waiting (bounded) for data if asked to.

@@ -89,6 +89,13 @@ type OutputReader interface {
 	ReadOutput(ctx context.Context, stream int, cursor uint64, max int, wait time.Duration) (OutputChunk, error)
 }
 
+// StdinWriter is implemented by processes started with Capture: their
+// stdin is fed through the sandbox's agent, in order.
+type StdinWriter interface {
+	WriteStdin(ctx context.Context, data []byte) error
+	CloseStdin(ctx context.Context) error
+}
+
 // OutputChunk is a piece of captured output: Data starts at offset From
 // (From > the cursor asked for means From-cursor bytes were dropped before
 // they were read); EOF means the stream ended and nothing follows Data.

@@ -257,3 +257,37 @@ func TestCapturedOutput(t *testing.T) {
 		t.Error("reading output of a process that was not captured succeeded")
 	}
 }
+
+// TestCapturedStdin: bytes written to a captured process's stdin arrive in
+// order, closing it ends the process's input, and writing after the close is
+// an error (the control is the same write before the close).
+func TestCapturedStdin(t *testing.T) {
+	needRoot(t)
+	sb := newSandbox(t, &policy.Policy{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	env, _ := sandbox.Env(&policy.Policy{}, nil, false, os.LookupEnv)
+	p, err := sb.Exec(ctx, &runtime.ExecRequest{Argv: []string{"/usr/bin/wc", "-c"}, Env: env, Dir: "/", Capture: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := p.(runtime.StdinWriter)
+	big := strings.Repeat("z", 600000) // more than one write message and a pipe buffer
+	for _, chunk := range []string{"hello ", big} {
+		if err := w.WriteStdin(ctx, []byte(chunk)); err != nil {
+			t.Fatalf("write stdin: %v", err)
+		}
+	}
+	if err := w.CloseStdin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(readAll(t, p, 1)); got != fmt.Sprint(6+len(big)) {
+		t.Errorf("wc -c counted %q bytes, want %d", got, 6+len(big))
+	}
+	if st, err := p.Wait(ctx); err != nil || st.Code != 0 {
+		t.Errorf("wait: %+v %v", st, err)
+	}
+	if err := w.WriteStdin(ctx, []byte("late")); err == nil {
+		t.Error("a write after closing stdin succeeded")
+	}
+}

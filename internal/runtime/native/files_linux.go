@@ -17,41 +17,25 @@ var _ runtime.Files = (*sandbox)(nil)
 // fileOp sends a file request (with an optional descriptor) and waits for
 // its answer.
 func (sb *sandbox) fileOp(ctx context.Context, req *agent.FileRequest, fd *os.File) (*agent.FileResult, error) {
-	ch := make(chan *agent.FileResult, 1)
-	sb.mu.Lock()
-	sb.nextSeq++
-	req.Seq = sb.nextSeq
-	if sb.results == nil {
-		sb.results = map[uint64]chan *agent.FileResult{}
-	}
-	sb.results[req.Seq] = ch
-	sb.mu.Unlock()
-	forget := func() {
-		sb.mu.Lock()
-		delete(sb.results, req.Seq)
-		sb.mu.Unlock()
-	}
 	var fds []int
 	if fd != nil {
 		fds = []int{int(fd.Fd())}
 	}
-	if err := sb.conn.Send(&agent.Message{Type: agent.TypeFile, File: req}, fds...); err != nil {
-		forget()
+	m, err := sb.call(ctx, func(seq uint64) *agent.Message {
+		req.Seq = seq
+		return &agent.Message{Type: agent.TypeFile, File: req}
+	}, fds...)
+	if err != nil {
 		return nil, err
 	}
-	select {
-	case res := <-ch:
-		if res.Error != "" {
-			return nil, fmt.Errorf("%s %s: %w", req.Op, req.Path, kindError(res))
-		}
-		return res, nil
-	case <-sb.done:
-		forget()
-		return nil, ErrSandboxGone
-	case <-ctx.Done():
-		forget()
-		return nil, ctx.Err()
+	res := m.Result
+	if res == nil {
+		return nil, fmt.Errorf("agent answered %q to a file request", m.Type)
 	}
+	if res.Error != "" {
+		return nil, fmt.Errorf("%s %s: %w", req.Op, req.Path, kindError(res))
+	}
+	return res, nil
 }
 
 func kindError(res *agent.FileResult) error {

@@ -45,9 +45,8 @@ type sandbox struct {
 	procs   map[uint64]*process
 	ended   map[uint64]*process // after Adopt: processes that ended while no supervisor was connected
 	nextSeq uint64
-	reads   map[uint64]chan *agent.Data       // pending output reads by sequence
-	results map[uint64]chan *agent.FileResult // pending file operations by sequence
-	done    chan struct{}                     // closed when the control channel is gone
+	calls   map[uint64]chan *agent.Message // pending requests (read, file, stdin) by sequence
+	done    chan struct{}                  // closed when the control channel is gone
 	destroy sync.Once
 }
 
@@ -79,29 +78,14 @@ func (sb *sandbox) dispatch(m *agent.Message, files []*os.File) {
 		id = m.Exit.ID
 	case m.Type == agent.TypeError && m.Error != nil:
 		id = m.Error.ID
+	case m.Type == agent.TypeAck && m.Ack != nil:
+		sb.answer(m.Ack.Seq, m, files)
+		return
 	case m.Type == agent.TypeFileResult && m.Result != nil:
-		for _, f := range files {
-			f.Close()
-		}
-		sb.mu.Lock()
-		ch := sb.results[m.Result.Seq]
-		delete(sb.results, m.Result.Seq)
-		sb.mu.Unlock()
-		if ch != nil {
-			ch <- m.Result
-		}
+		sb.answer(m.Result.Seq, m, files)
 		return
 	case m.Type == agent.TypeData && m.Data != nil:
-		for _, f := range files {
-			f.Close()
-		}
-		sb.mu.Lock()
-		ch := sb.reads[m.Data.Seq]
-		delete(sb.reads, m.Data.Seq)
-		sb.mu.Unlock()
-		if ch != nil {
-			ch <- m.Data
-		}
+		sb.answer(m.Data.Seq, m, files)
 		return
 	}
 	sb.mu.Lock()
@@ -374,39 +358,104 @@ var _ runtime.OutputReader = (*process)(nil)
 
 // ReadOutput implements runtime.OutputReader.
 func (p *process) ReadOutput(ctx context.Context, stream int, cursor uint64, max int, wait time.Duration) (runtime.OutputChunk, error) {
-	sb := p.sb
-	ch := make(chan *agent.Data, 1)
+	m, err := p.sb.call(ctx, func(seq uint64) *agent.Message {
+		return &agent.Message{Type: agent.TypeRead, Read: &agent.ReadRequest{
+			Seq: seq, ID: p.id, Stream: stream, Cursor: cursor, Max: max, WaitMs: int(wait / time.Millisecond),
+		}}
+	})
+	if err != nil {
+		return runtime.OutputChunk{}, err
+	}
+	d := m.Data
+	if d == nil {
+		return runtime.OutputChunk{}, fmt.Errorf("agent answered %q to a read", m.Type)
+	}
+	if d.Error != "" {
+		return runtime.OutputChunk{}, errors.New(d.Error)
+	}
+	return runtime.OutputChunk{Data: d.Data, From: d.From, EOF: d.EOF}, nil
+}
+
+var _ runtime.StdinWriter = (*process)(nil)
+
+// WriteStdin implements runtime.StdinWriter.
+func (p *process) WriteStdin(ctx context.Context, data []byte) error {
+	for len(data) > 0 {
+		n := min(len(data), agent.MaxRead)
+		if err := p.stdin(ctx, &agent.Stdin{ID: p.id, Data: data[:n]}); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+// CloseStdin implements runtime.StdinWriter.
+func (p *process) CloseStdin(ctx context.Context) error {
+	return p.stdin(ctx, &agent.Stdin{ID: p.id, Close: true})
+}
+
+func (p *process) stdin(ctx context.Context, req *agent.Stdin) error {
+	m, err := p.sb.call(ctx, func(seq uint64) *agent.Message {
+		req.Seq = seq
+		return &agent.Message{Type: agent.TypeStdin, Stdin: req}
+	})
+	if err != nil {
+		return err
+	}
+	if m.Ack == nil {
+		return fmt.Errorf("agent answered %q to a stdin write", m.Type)
+	}
+	if m.Ack.Error != "" {
+		return errors.New(m.Ack.Error)
+	}
+	return nil
+}
+
+// call sends a request built for a fresh sequence number (with optional
+// descriptors) and waits for the answer that carries that number.
+func (sb *sandbox) call(ctx context.Context, build func(seq uint64) *agent.Message, fds ...int) (*agent.Message, error) {
+	ch := make(chan *agent.Message, 1)
 	sb.mu.Lock()
 	sb.nextSeq++
 	seq := sb.nextSeq
-	if sb.reads == nil {
-		sb.reads = map[uint64]chan *agent.Data{}
+	if sb.calls == nil {
+		sb.calls = map[uint64]chan *agent.Message{}
 	}
-	sb.reads[seq] = ch
+	sb.calls[seq] = ch
 	sb.mu.Unlock()
 	forget := func() {
 		sb.mu.Lock()
-		delete(sb.reads, seq)
+		delete(sb.calls, seq)
 		sb.mu.Unlock()
 	}
-	err := sb.conn.Send(&agent.Message{Type: agent.TypeRead, Read: &agent.ReadRequest{
-		Seq: seq, ID: p.id, Stream: stream, Cursor: cursor, Max: max, WaitMs: int(wait / time.Millisecond),
-	}})
-	if err != nil {
+	if err := sb.conn.Send(build(seq), fds...); err != nil {
 		forget()
-		return runtime.OutputChunk{}, err
+		return nil, err
 	}
 	select {
-	case d := <-ch:
-		if d.Error != "" {
-			return runtime.OutputChunk{}, errors.New(d.Error)
-		}
-		return runtime.OutputChunk{Data: d.Data, From: d.From, EOF: d.EOF}, nil
+	case m := <-ch:
+		return m, nil
 	case <-sb.done:
 		forget()
-		return runtime.OutputChunk{}, ErrSandboxGone
+		return nil, ErrSandboxGone
 	case <-ctx.Done():
 		forget()
-		return runtime.OutputChunk{}, ctx.Err()
+		return nil, ctx.Err()
+	}
+}
+
+// answer hands an answer to the call waiting for seq; descriptors are not
+// expected with answers and are closed.
+func (sb *sandbox) answer(seq uint64, m *agent.Message, files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+	sb.mu.Lock()
+	ch := sb.calls[seq]
+	delete(sb.calls, seq)
+	sb.mu.Unlock()
+	if ch != nil {
+		ch <- m
 	}
 }
