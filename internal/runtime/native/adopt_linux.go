@@ -141,32 +141,14 @@ func (sb *sandbox) hello(ctx context.Context) (*agent.State, error) {
 	if err := sb.conn.Send(&agent.Message{Type: agent.TypeHello}); err != nil {
 		return nil, err
 	}
-	type result struct {
-		m   *agent.Message
-		err error
+	m, err := sb.recvOne(ctx, 10*time.Second)
+	if err != nil {
+		return nil, err
 	}
-	ch := make(chan result, 1)
-	go func() {
-		m, files, err := sb.conn.Recv()
-		for _, f := range files {
-			f.Close()
-		}
-		ch <- result{m, err}
-	}()
-	select {
-	case res := <-ch:
-		if res.err != nil {
-			return nil, res.err
-		}
-		if res.m.Type != agent.TypeState || res.m.State == nil {
-			return nil, fmt.Errorf("agent answered %q to hello", res.m.Type)
-		}
-		return res.m.State, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-time.After(10 * time.Second):
-		return nil, errors.New("agent did not answer within 10s")
+	if m.Type != agent.TypeState || m.State == nil {
+		return nil, fmt.Errorf("agent answered %q to hello", m.Type)
 	}
+	return m.State, nil
 }
 
 // pollInit waits for an adopted init (not this process's child, so it

@@ -392,6 +392,34 @@ var devNull = sync.OnceValue(func() *os.File {
 })
 
 func (sb *sandbox) awaitReady(ctx context.Context) (*agent.Ready, error) {
+	m, err := sb.recvOne(ctx, setupTimeout)
+	if errors.Is(err, errRecvTimeout) {
+		return nil, fmt.Errorf("sandbox init did not finish setup within %s", setupTimeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox init died during setup: %w", err)
+	}
+	switch m.Type {
+	case agent.TypeReady:
+		if m.Ready == nil {
+			return nil, errors.New("sandbox init sent an empty ready message")
+		}
+		return m.Ready, nil
+	case agent.TypeError:
+		if m.Error == nil {
+			return nil, errors.New("sandbox init failed without a reason")
+		}
+		return nil, &LayerError{Layer: m.Error.Layer, Err: errors.New(m.Error.Message), Fix: fixFor(m.Error.Layer)}
+	default:
+		return nil, fmt.Errorf("sandbox init sent %q during setup", m.Type)
+	}
+}
+
+var errRecvTimeout = errors.New("no answer in time")
+
+// recvOne reads one message before readLoop runs (setup, adoption), bounded
+// by ctx and timeout; descriptors that come with it are closed.
+func (sb *sandbox) recvOne(ctx context.Context, timeout time.Duration) (*agent.Message, error) {
 	type result struct {
 		m   *agent.Message
 		err error
@@ -404,31 +432,15 @@ func (sb *sandbox) awaitReady(ctx context.Context) (*agent.Ready, error) {
 		}
 		ch <- result{m, err}
 	}()
-	timer := time.NewTimer(setupTimeout)
+	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case res := <-ch:
-		if res.err != nil {
-			return nil, fmt.Errorf("sandbox init died during setup: %w", res.err)
-		}
-		switch res.m.Type {
-		case agent.TypeReady:
-			if res.m.Ready == nil {
-				return nil, errors.New("sandbox init sent an empty ready message")
-			}
-			return res.m.Ready, nil
-		case agent.TypeError:
-			if res.m.Error == nil {
-				return nil, errors.New("sandbox init failed without a reason")
-			}
-			return nil, &LayerError{Layer: res.m.Error.Layer, Err: errors.New(res.m.Error.Message), Fix: fixFor(res.m.Error.Layer)}
-		default:
-			return nil, fmt.Errorf("sandbox init sent %q during setup", res.m.Type)
-		}
+		return res.m, res.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-timer.C:
-		return nil, fmt.Errorf("sandbox init did not finish setup within %s", setupTimeout)
+		return nil, errRecvTimeout
 	}
 }
 
