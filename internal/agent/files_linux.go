@@ -140,6 +140,40 @@ func (s *Server) file(req *FileRequest, files []*os.File) {
 			}
 			s.send(&Message{Type: TypeFileResult, Result: r})
 		}(files[0])
+	case FileTarOut:
+		if len(files) != 1 {
+			closeAll(files)
+			fail(invalidf("tar_out wants one descriptor"))
+			return
+		}
+		fi, err := os.Lstat(path)
+		if err != nil {
+			files[0].Close()
+			fail(err)
+			return
+		}
+		res.Stat = info(path, fi)
+		// Answer first; the stream follows and its end closes the pipe (a
+		// truncated stream is an invalid tar for the reader).
+		go func(dst *os.File) {
+			defer dst.Close()
+			tarOut(path, dst)
+		}(files[0])
+	case FileTarIn:
+		if len(files) != 1 {
+			closeAll(files)
+			fail(invalidf("tar_in wants one descriptor"))
+			return
+		}
+		res = nil // answered once everything is extracted
+		go func(src *os.File) {
+			defer src.Close()
+			r := &FileResult{Seq: req.Seq}
+			if err := tarIn(path, src); err != nil {
+				r.Error, r.Kind = err.Error(), errKind(err)
+			}
+			s.send(&Message{Type: TypeFileResult, Result: r})
+		}(files[0])
 	default:
 		closeAll(files)
 		fail(invalidf("unknown file operation %q", req.Op))
@@ -231,6 +265,8 @@ func errKind(err error) string {
 		return KindPermission
 	case errors.Is(err, unix.EISDIR), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENAMETOOLONG), errors.Is(err, unix.ELOOP):
 		return KindInvalid
+	case strings.Contains(err.Error(), "path escapes from parent"):
+		return KindInvalid // os.Root refusing a name that leaves the directory
 	}
 	return KindOther
 }

@@ -51,8 +51,10 @@ const (
 	FileMkdir  = "mkdir"  // with parents, like mkdir -p
 	FileRemove = "remove" // Recursive: the whole tree
 	FileRename = "rename"
-	FileRead   = "read"  // content written to the descriptor that comes with the request
-	FileWrite  = "write" // content read from the descriptor, replaced atomically
+	FileRead   = "read"    // content written to the descriptor that comes with the request
+	FileWrite  = "write"   // content read from the descriptor, replaced atomically
+	FileTarOut = "tar_out" // Path (file or tree) as a tar stream to the descriptor
+	FileTarIn  = "tar_in"  // a tar stream from the descriptor extracted into Path
 )
 
 // Error kinds of a FileResult.

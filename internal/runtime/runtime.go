@@ -62,6 +62,11 @@ type Files interface {
 	ReadFile(ctx context.Context, path string) (io.ReadCloser, FileInfo, error)
 	// WriteFile replaces path atomically with everything r yields.
 	WriteFile(ctx context.Context, path string, mode os.FileMode, r io.Reader) error
+	// Download streams path (a file or a tree) as a tar archive.
+	Download(ctx context.Context, path string) (io.ReadCloser, error)
+	// Upload extracts the tar archive r yields into the directory dir;
+	// entries that would leave dir are refused (ErrInvalid).
+	Upload(ctx context.Context, dir string, r io.Reader) error
 }
 
 // FileInfo describes a file in a sandbox.

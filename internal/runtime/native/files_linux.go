@@ -105,22 +105,48 @@ func (sb *sandbox) Rename(ctx context.Context, from, to string) error {
 // ReadFile implements runtime.Files: the agent writes the content into a
 // pipe; nothing is buffered whole.
 func (sb *sandbox) ReadFile(ctx context.Context, path string) (io.ReadCloser, runtime.FileInfo, error) {
-	r, w, err := os.Pipe()
+	r, res, err := sb.streamOut(ctx, &agent.FileRequest{Op: agent.FileRead, Path: path})
 	if err != nil {
-		return nil, runtime.FileInfo{}, err
-	}
-	res, err := sb.fileOp(ctx, &agent.FileRequest{Op: agent.FileRead, Path: path}, w)
-	w.Close()
-	if err != nil {
-		r.Close()
 		return nil, runtime.FileInfo{}, err
 	}
 	return r, fileInfo(res.Stat), nil
 }
 
+// Download implements runtime.Files.
+func (sb *sandbox) Download(ctx context.Context, path string) (io.ReadCloser, error) {
+	r, _, err := sb.streamOut(ctx, &agent.FileRequest{Op: agent.FileTarOut, Path: path})
+	return r, err
+}
+
+// streamOut runs a request whose content the agent streams into a pipe.
+func (sb *sandbox) streamOut(ctx context.Context, req *agent.FileRequest) (io.ReadCloser, *agent.FileResult, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := sb.fileOp(ctx, req, w)
+	w.Close()
+	if err != nil {
+		r.Close()
+		return nil, nil, err
+	}
+	return r, res, nil
+}
+
 // WriteFile implements runtime.Files: the content goes through a pipe to
 // the agent, which replaces the file atomically once it has all of it.
 func (sb *sandbox) WriteFile(ctx context.Context, path string, mode os.FileMode, src io.Reader) error {
+	return sb.streamIn(ctx, &agent.FileRequest{Op: agent.FileWrite, Path: path, Mode: uint32(mode.Perm())}, src)
+}
+
+// Upload implements runtime.Files.
+func (sb *sandbox) Upload(ctx context.Context, dir string, src io.Reader) error {
+	return sb.streamIn(ctx, &agent.FileRequest{Op: agent.FileTarIn, Path: dir}, src)
+}
+
+// streamIn runs a request whose content goes to the agent through a pipe;
+// the agent answers once it has consumed all of it.
+func (sb *sandbox) streamIn(ctx context.Context, req *agent.FileRequest, src io.Reader) error {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
@@ -131,10 +157,13 @@ func (sb *sandbox) WriteFile(ctx context.Context, path string, mode os.FileMode,
 		w.Close()
 		copied <- err
 	}()
-	_, err = sb.fileOp(ctx, &agent.FileRequest{Op: agent.FileWrite, Path: path, Mode: uint32(mode.Perm())}, r)
-	r.Close()
-	if cerr := <-copied; err == nil && cerr != nil {
-		err = fmt.Errorf("write %s: reading the content: %w", path, cerr)
+	_, err = sb.fileOp(ctx, req, r)
+	r.Close() // a copy still writing fails with EPIPE now
+	if err != nil {
+		return err // the copy ends on its own once src or the pipe does
 	}
-	return err
+	if cerr := <-copied; cerr != nil {
+		return fmt.Errorf("%s %s: reading the content: %w", req.Op, req.Path, cerr)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@
 package native_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -126,5 +127,109 @@ func TestFiles(t *testing.T) {
 	}
 	if _, _, err := fs.ReadFile(ctx, "/workspace"); !errors.Is(err, runtime.ErrInvalid) {
 		t.Errorf("reading a directory: %v", err)
+	}
+}
+
+// tarOf builds a tar archive from (name, body) pairs; a body starting with
+// "->" makes a symlink to the rest.
+func tarOf(t *testing.T, entries ...[2]string) *bytes.Buffer {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		hdr := &tar.Header{Name: e[0], Mode: 0o644, Size: int64(len(e[1])), Typeflag: tar.TypeReg}
+		if target, ok := strings.CutPrefix(e[1], "->"); ok {
+			hdr = &tar.Header{Name: e[0], Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777}
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			tw.Write([]byte(e[1]))
+		}
+	}
+	tw.Close()
+	return &buf
+}
+
+// TestUploadDownload: a tree goes in and comes back out as tar; the upload
+// probes of shared/probes.md (A1 traversal and odd names, A3 symlinked
+// parent) are refused with a clear error and write nothing outside the
+// target directory.
+func TestUploadDownload(t *testing.T) {
+	needRoot(t)
+	ws := t.TempDir()
+	os.Chmod(ws, 0o755)
+	sb := newSandbox(t, &policy.Policy{Workspace: ws})
+	fs := sb.(runtime.Files)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	if err := fs.Upload(ctx, "in", tarOf(t, [2]string{"a.txt", "A"}, [2]string{"sub/b.txt", "B"}, [2]string{"link", "->a.txt"})); err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "in", "sub", "b.txt")); string(b) != "B" {
+		t.Fatalf("host sees %q in in/sub/b.txt", b)
+	}
+	rc, err := fs.Download(ctx, "in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	tr := tar.NewReader(rc)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(tr)
+		got[hdr.Name] = string(body) + hdr.Linkname
+	}
+	rc.Close()
+	for name, want := range map[string]string{"in/": "", "in/a.txt": "A", "in/sub/b.txt": "B", "in/link": "a.txt"} {
+		if got[name] != want {
+			t.Errorf("download: %s = %q, want %q (all: %v)", name, got[name], want, got)
+		}
+	}
+
+	// A symlink already in the target (A3): entries through it are
+	// refused by os.Root instead of landing in /etc.
+	if err := os.Symlink("/etc", filepath.Join(ws, "in", "d")); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string][2]string{
+		"traversal":        {"../../etc/cron.d/x", "x"},
+		"absolute":         {"/etc/passwd", "x"},
+		"through symlink":  {"d/cron.d/x", "x"},
+		"planted symlink":  {"e", "->/etc"},
+		"4096-byte name":   {strings.Repeat("n", 4097), "x"},
+		"encoded dot-dots": {"%2e%2e/x", "x"}, // a literal name: allowed, stays inside
+	} {
+		archive := tarOf(t, body)
+		if name == "planted symlink" {
+			archive = tarOf(t, body, [2]string{"e/passwd", "owned"})
+		}
+		err := fs.Upload(ctx, "in", archive)
+		if name == "encoded dot-dots" {
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			} else if _, serr := os.Stat(filepath.Join(ws, "in", "%2e%2e", "x")); serr != nil {
+				t.Errorf("%s: not inside the target: %v", name, serr)
+			}
+			continue
+		}
+		if !errors.Is(err, runtime.ErrInvalid) {
+			t.Errorf("upload with %s: %v, want an invalid-argument refusal", name, err)
+		}
+	}
+	host, _ := os.ReadFile("/etc/passwd")
+	if strings.Contains(string(host), "owned") {
+		t.Fatal("an upload reached the host's /etc/passwd")
+	}
+	if out, st := run(t, sb, "/bin/sh", "-c", "cat /etc/passwd; ls /etc/cron.d 2>&1"); strings.Contains(out, "owned") || st.Code < 0 {
+		t.Errorf("an upload reached the sandbox's /etc: %q", out)
 	}
 }
