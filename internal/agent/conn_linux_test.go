@@ -9,16 +9,22 @@ import (
 	"testing"
 )
 
-// A message and its descriptors arrive together and intact; the received
-// descriptor refers to the same open file.
-func TestConnSendRecvWithFDs(t *testing.T) {
+// connPair returns both ends of a fresh control channel, closed at the end.
+func connPair(t *testing.T) (*Conn, *Conn) {
+	t.Helper()
 	a, b, err := SocketPair()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ca, cb := NewConn(a), NewConn(b)
-	defer ca.Close()
-	defer cb.Close()
+	t.Cleanup(func() { ca.Close(); cb.Close() })
+	return ca, cb
+}
+
+// A message and its descriptors arrive together and intact; the received
+// descriptor refers to the same open file.
+func TestConnSendRecvWithFDs(t *testing.T) {
+	ca, cb := connPair(t)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -104,13 +110,7 @@ func TestLookPath(t *testing.T) {
 // environment) travels spilled, with its own descriptors behind the spill;
 // one over MaxMessage is refused with a clear error.
 func TestConnLargeMessage(t *testing.T) {
-	a, b, err := SocketPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, cb := NewConn(a), NewConn(b)
-	defer ca.Close()
-	defer cb.Close()
+	ca, cb := connPair(t)
 	big := strings.Repeat("x", 1<<20)
 	env := []string{"A=" + big, "B=" + big}
 	r, w, _ := os.Pipe()

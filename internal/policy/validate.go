@@ -96,28 +96,27 @@ func (p *Policy) validatePaths() error {
 }
 
 func (p *Policy) checkHostPath(key, s string) error {
-	switch {
-	case s == "":
-		return p.errAt(key, "empty path")
-	case strings.ContainsRune(s, 0):
-		return p.errAt(key, "path %q contains a NUL byte", s)
-	case !filepath.IsAbs(s):
-		if p.Source != "" {
-			return p.errAt(key, "relative path %q: relative paths need the policy file's location (use policy.Load, or an absolute path)", s)
-		}
-		return p.errAt(key, "relative path %q: must be absolute", s)
+	relative := "must be absolute"
+	if p.Source != "" {
+		relative = "relative paths need the policy file's location (use policy.Load, or an absolute path)"
 	}
-	return nil
+	return p.checkPath(key, s, relative)
 }
 
 func (p *Policy) checkSandboxPath(key, s string) error {
+	return p.checkPath(key, s, "paths inside the sandbox must be absolute")
+}
+
+// checkPath refuses empty, NUL-carrying and relative paths; relative says
+// what to do about the last.
+func (p *Policy) checkPath(key, s, relative string) error {
 	switch {
 	case s == "":
 		return p.errAt(key, "empty path")
 	case strings.ContainsRune(s, 0):
 		return p.errAt(key, "path %q contains a NUL byte", s)
 	case !filepath.IsAbs(s):
-		return p.errAt(key, "relative path %q: paths inside the sandbox must be absolute", s)
+		return p.errAt(key, "relative path %q: %s", s, relative)
 	}
 	return nil
 }
