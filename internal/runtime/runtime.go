@@ -10,10 +10,11 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"io"
 	"os"
 	"time"
+
+	"github.com/airlock-dev/airlock/internal/errdefs"
 )
 
 // Runtime creates sandboxes.
@@ -80,11 +81,12 @@ type FileInfo struct {
 }
 
 // Errors of file operations, to be matched with errors.Is.
+// They are the shared taxonomy of package errdefs.
 var (
-	ErrNotFound   = errors.New("not found")
-	ErrExists     = errors.New("already exists")
-	ErrInvalid    = errors.New("invalid argument")
-	ErrPermission = errors.New("permission denied")
+	ErrNotFound   = errdefs.ErrNotFound
+	ErrExists     = errdefs.ErrExists
+	ErrInvalid    = errdefs.ErrInvalid
+	ErrPermission = errdefs.ErrPermission
 )
 
 // OutputReader is implemented by processes started with Capture.
@@ -148,6 +150,10 @@ type ExecRequest struct {
 // Spec describes a sandbox. Sizes are bytes; zero means the runtime default
 // where one is documented, otherwise "no limit".
 type Spec struct {
+	// ID is the sandbox's id (16 lowercase hex digits), chosen by the
+	// caller so that it can record the sandbox before it exists. Empty: the
+	// runtime picks one.
+	ID string
 	// Image is a root filesystem directory. Empty: the host's system
 	// directories, read-only, under a copy-on-write layer.
 	Image string
@@ -214,4 +220,18 @@ type Info struct {
 	HostUID     int
 	// Steps holds the time each setup step took, for benchmarks.
 	Steps map[string]time.Duration
+}
+
+// Pauser is implemented by sandboxes that can be frozen (the cgroup
+// freezer): every process stops where it is until Resume.
+type Pauser interface {
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+}
+
+// Watcher is implemented by sandboxes that report the end of their agent:
+// Done is closed when the control channel to the agent is gone, whether the
+// sandbox was destroyed or its agent died.
+type Watcher interface {
+	Done() <-chan struct{}
 }

@@ -93,6 +93,11 @@ func (r *Runtime) Adopt(ctx context.Context, id string) (runtime.Sandbox, *agent
 		if sb.cg, err = cgroup.Open(st.Cgroups); err != nil {
 			return fail(err)
 		}
+		// A paused (frozen) agent could not answer: adoption thaws the
+		// sandbox; the caller pauses it again if it should stay paused.
+		if err := sb.cg.Thaw(); err != nil {
+			return fail(err)
+		}
 	}
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

@@ -117,7 +117,12 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		}
 	}()
 
-	id := newID()
+	id := spec.ID
+	if id == "" {
+		id = newID()
+	} else if !isID(id) {
+		return nil, fmt.Errorf("sandbox id %q: want 16 lowercase hex digits: %w", id, runtime.ErrInvalid)
+	}
 	root := r.stateRoot()
 	// Clearing what dead supervisors left is not on this sandbox's path;
 	// Destroy waits for it so a short-lived supervisor finishes the job.
@@ -129,6 +134,9 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	}
 	stateDir := filepath.Join(root, id)
 	if err := os.Mkdir(stateDir, 0o711); err != nil {
+		if os.IsExist(err) {
+			return nil, fmt.Errorf("sandbox %s: %w", id, runtime.ErrExists)
+		}
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
 	cu.add(func() { os.RemoveAll(stateDir) })

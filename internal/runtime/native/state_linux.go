@@ -83,8 +83,8 @@ func sweep(root string) {
 		return
 	}
 	for _, e := range entries {
-		if e.Name() == "cache" {
-			continue
+		if !isID(e.Name()) {
+			continue // the /etc cache, a daemon's own state root
 		}
 		dir := filepath.Join(root, e.Name())
 		b, err := os.ReadFile(filepath.Join(dir, "state.json"))

@@ -1,0 +1,334 @@
+// Package api holds the wire types of airlock's HTTP API (/v1): the JSON
+// bodies the daemon (`airlock serve`) accepts and returns, the error codes,
+// and the OpenAPI 3 document that describes them (openapi.json, served at
+// /v1/openapi.json).
+//
+// It is shared by the server and the Go SDK and depends on the standard
+// library only. It must never hold behaviour: no I/O, no validation beyond
+// what the types say. Changing a JSON name here changes the public API; the
+// OpenAPI document and its test must change with it.
+package api
+
+import (
+	_ "embed"
+	"time"
+)
+
+// OpenAPI is the OpenAPI 3 document of the API.
+//
+//go:embed openapi.json
+var OpenAPI []byte
+
+// Version is the API's path prefix.
+const Version = "/v1"
+
+// Sandbox states. Legal transitions:
+//
+//	creating -> running | failed
+//	running  -> paused | stopped | failed
+//	paused   -> running | stopped | failed
+//
+// stopped and failed are final; a final sandbox holds no resources on the
+// host and is kept for inspection until deleted (or purged after the
+// daemon's retention period).
+const (
+	StateCreating = "creating"
+	StateRunning  = "running"
+	StatePaused   = "paused"
+	StateStopped  = "stopped"
+	StateFailed   = "failed"
+)
+
+// Sandbox is a sandbox as the API reports it.
+type Sandbox struct {
+	ID     string            `json:"id"`
+	State  string            `json:"state"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// Image is the name of a configured image ("" for the host's system
+	// directories). Policy is the named policy it was made from, "" for the
+	// default, or "inline".
+	Image  string `json:"image,omitempty"`
+	Policy string `json:"policy,omitempty"`
+	// Reason says why a sandbox is stopped or failed (e.g. "ttl expired",
+	// "idle for 5m0s", "agent gone: ...").
+	Reason    string    `json:"reason,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when the sandbox is killed (its TTL); nil for none.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// IdleTimeoutSeconds stops the sandbox after that long without API
+	// activity and without a running process; 0 for none.
+	IdleTimeoutSeconds float64    `json:"idle_timeout_seconds,omitempty"`
+	LastActivityAt     time.Time  `json:"last_activity_at"`
+	EndedAt            *time.Time `json:"ended_at,omitempty"`
+	Resources          Resources  `json:"resources"`
+}
+
+// Resources are a sandbox's limits. Sizes are strings with an optional
+// binary suffix ("512M", "2G"); empty means the daemon's default.
+type Resources struct {
+	Memory string  `json:"memory,omitempty"`
+	Disk   string  `json:"disk,omitempty"`
+	Pids   int64   `json:"pids,omitempty"`
+	CPU    float64 `json:"cpu,omitempty"`
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	// Image names an image from the daemon's configuration; "" is the
+	// host's system directories, read-only.
+	Image string `json:"image,omitempty"`
+	// PolicyName names a policy from the daemon's configuration. Policy is
+	// an inline policy document (YAML, the `airlock run` format); it may
+	// not name host paths (workspace, image, binds, read_only, writable),
+	// pass the daemon's environment, or set a timeout (use
+	// TimeoutSeconds). At most one of the two.
+	PolicyName string `json:"policy_name,omitempty"`
+	Policy     string `json:"policy,omitempty"`
+	// Resources override the policy's limits.
+	Resources Resources `json:"resources,omitempty"`
+	// Env is set for every process of the sandbox (a process's own env
+	// wins).
+	Env    map[string]string `json:"env,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// TimeoutSeconds is the TTL: the sandbox is killed that long after its
+	// creation (extend it with POST .../timeout). 0: the daemon's default.
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+	// IdleTimeoutSeconds: 0 is the daemon's default; negative disables it.
+	IdleTimeoutSeconds float64 `json:"idle_timeout_seconds,omitempty"`
+	// Files are written into the sandbox before it is returned.
+	Files []File `json:"files,omitempty"`
+}
+
+// File is a file to write at creation. Relative paths are under /workspace.
+type File struct {
+	Path    string `json:"path"`
+	Content []byte `json:"content"` // base64 in JSON
+	Mode    uint32 `json:"mode,omitempty"`
+}
+
+// SandboxList is the body of GET /v1/sandboxes. Filters: ?state=S (repeatable),
+// ?label=k=v (repeatable, all must match), ?limit=N (1..1000, default 100),
+// ?cursor=C (NextCursor of the previous page).
+type SandboxList struct {
+	Sandboxes  []Sandbox `json:"sandboxes"`
+	NextCursor string    `json:"next_cursor,omitempty"`
+}
+
+// TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout: the
+// sandbox now expires TimeoutSeconds from now (never past the daemon's
+// maximum lifetime).
+type TimeoutRequest struct {
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec (run and wait)
+// and POST /v1/sandboxes/{id}/processes (start in the background).
+type ExecRequest struct {
+	// Argv is the command; no shell is involved unless Argv asks for one.
+	Argv []string `json:"argv"`
+	// Env adds to (and overrides) the sandbox's environment.
+	Env map[string]string `json:"env,omitempty"`
+	// Cwd is the working directory inside the sandbox; default /workspace.
+	Cwd string `json:"cwd,omitempty"`
+	// TimeoutSeconds kills the process that long after it started; 0: none
+	// (for exec: the daemon's default exec timeout).
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+	// Stdin is written to the process's stdin, which is then closed (exec),
+	// or left open for more (processes; POST .../stdin).
+	Stdin []byte `json:"stdin,omitempty"`
+	// MaxOutputBytes caps stdout and stderr each in an exec result
+	// (default and maximum: the daemon's limit, 1 MiB unless configured).
+	MaxOutputBytes int `json:"max_output_bytes,omitempty"`
+}
+
+// ExecResult is the answer of POST /v1/sandboxes/{id}/exec.
+type ExecResult struct {
+	ProcessID string `json:"process_id"`
+	ExitCode  int    `json:"exit_code"`
+	// Signal is the signal number that killed the process, or 0.
+	Signal     int     `json:"signal,omitempty"`
+	TimedOut   bool    `json:"timed_out,omitempty"`
+	Stdout     []byte  `json:"stdout"` // base64 in JSON
+	Stderr     []byte  `json:"stderr"`
+	DurationMs float64 `json:"duration_ms"`
+	// StdoutTruncated and StderrTruncated say bytes were left out of the
+	// result: the output went past the cap. The bytes kept are the first
+	// ones, and a marker line says how many were dropped.
+	StdoutTruncated bool `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool `json:"stderr_truncated,omitempty"`
+}
+
+// Process states.
+const (
+	ProcessRunning = "running"
+	ProcessExited  = "exited"
+)
+
+// Process is a process started through the API.
+type Process struct {
+	ID         string     `json:"id"`
+	SandboxID  string     `json:"sandbox_id"`
+	Argv       []string   `json:"argv"`
+	Cwd        string     `json:"cwd,omitempty"`
+	TTY        bool       `json:"tty,omitempty"`
+	State      string     `json:"state"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	Signal     int        `json:"signal,omitempty"`
+	TimedOut   bool       `json:"timed_out,omitempty"`
+	StartedAt  time.Time  `json:"started_at"`
+	EndedAt    *time.Time `json:"ended_at,omitempty"`
+	DurationMs float64    `json:"duration_ms,omitempty"`
+}
+
+// ProcessList is the body of GET /v1/sandboxes/{id}/processes.
+type ProcessList struct {
+	Processes []Process `json:"processes"`
+}
+
+// SignalRequest is the body of POST .../processes/{pid}/signal. Signal is a
+// name ("TERM", "SIGKILL") or a number ("9").
+type SignalRequest struct {
+	Signal string `json:"signal"`
+}
+
+// OutputEvent is one event of GET .../processes/{pid}/output, sent as a
+// line of NDJSON (Accept: application/x-ndjson) or as a Server-Sent Event
+// whose id is the cursor to resume from (Accept: text/event-stream).
+//
+// Kind "stdout"/"stderr": Data (base64 in JSON) starts at byte Offset of
+// that stream. Kind "lost": Bytes bytes of Stream before Offset were
+// dropped (the process wrote more than the daemon keeps). Kind "exit": the
+// process ended and all its output was sent. Cursor, on every event, is the
+// value of ?cursor= that resumes right after it.
+type OutputEvent struct {
+	Kind     string `json:"kind"`
+	Stream   string `json:"stream,omitempty"`
+	Offset   uint64 `json:"offset"`
+	Data     []byte `json:"data,omitempty"`
+	Bytes    uint64 `json:"bytes,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   int    `json:"signal,omitempty"`
+	Cursor   string `json:"cursor"`
+}
+
+// Output event kinds.
+const (
+	EventStdout = "stdout"
+	EventStderr = "stderr"
+	EventLost   = "lost"
+	EventExit   = "exit"
+)
+
+// FileInfo describes a file inside a sandbox.
+type FileInfo struct {
+	Name    string    `json:"name"`
+	Path    string    `json:"path,omitempty"`
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"` // permission bits
+	Dir     bool      `json:"dir,omitempty"`
+	Link    string    `json:"link,omitempty"`
+	ModTime time.Time `json:"mod_time"`
+}
+
+// FileList is the body of GET /v1/sandboxes/{id}/files/list.
+type FileList struct {
+	Entries []FileInfo `json:"entries"`
+}
+
+// MkdirRequest is the body of POST /v1/sandboxes/{id}/files/mkdir (mkdir -p).
+type MkdirRequest struct {
+	Path string `json:"path"`
+	Mode uint32 `json:"mode,omitempty"`
+}
+
+// RenameRequest is the body of POST /v1/sandboxes/{id}/files/rename.
+type RenameRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// PTY is the WebSocket protocol of GET /v1/sandboxes/{id}/pty: the client's
+// first message is a text frame holding a PTYStart; then binary frames carry
+// terminal bytes both ways, client text frames carry PTYControl (resize,
+// signal, close stdin), and the server's last text frame is a PTYExit before
+// it closes the connection.
+type PTYStart struct {
+	ExecRequest
+	Cols uint16 `json:"cols,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+}
+
+// PTYControl is a client control message on a PTY WebSocket.
+type PTYControl struct {
+	Resize *PTYSize `json:"resize,omitempty"`
+	Signal string   `json:"signal,omitempty"`
+}
+
+// PTYSize is a terminal size.
+type PTYSize struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
+}
+
+// PTYExit is the server's last message on a PTY WebSocket.
+type PTYExit struct {
+	ProcessID string `json:"process_id"`
+	ExitCode  int    `json:"exit_code"`
+	Signal    int    `json:"signal,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// APIKey describes an API key; Key (the secret) is set only in the answer
+// that created it and is never stored by the daemon (only its hash is).
+type APIKey struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name,omitempty"`
+	Key       string     `json:"key,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	LastUsed  *time.Time `json:"last_used_at,omitempty"`
+}
+
+// CreateKeyRequest is the body of POST /v1/keys.
+type CreateKeyRequest struct {
+	Name string `json:"name,omitempty"`
+}
+
+// KeyList is the body of GET /v1/keys.
+type KeyList struct {
+	Keys []APIKey `json:"keys"`
+}
+
+// Error is the body of every error answer: {"error": {...}}.
+type Error struct {
+	Err ErrorBody `json:"error"`
+}
+
+// ErrorBody says what went wrong.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error codes and the HTTP status each is sent with.
+const (
+	CodeInvalid       = "invalid_argument"    // 400
+	CodeUnauthorized  = "unauthenticated"     // 401
+	CodeForbidden     = "permission_denied"   // 403
+	CodeNotFound      = "not_found"           // 404
+	CodeConflict      = "failed_precondition" // 409: wrong state
+	CodeExists        = "already_exists"      // 409
+	CodeTooLarge      = "too_large"           // 413
+	CodeExhausted     = "resource_exhausted"  // 429 with Retry-After
+	CodeInternal      = "internal"            // 500
+	CodeUnavailable   = "unavailable"         // 503
+	CodeNotSupported  = "not_implemented"     // 501
+	CodeTimeout       = "deadline_exceeded"   // 504
+	CodeMethodInvalid = "method_not_allowed"  // 405
+)
+
+// Headers of file answers.
+const (
+	HeaderFileSize = "X-Airlock-File-Size"
+	HeaderFileMode = "X-Airlock-File-Mode"
+)

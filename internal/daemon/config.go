@@ -1,0 +1,198 @@
+// Package daemon is `airlock serve`: it loads the configuration (file,
+// environment, flags), opens the store, makes the runtime and the manager,
+// listens on the unix socket (and optionally TCP), and shuts down
+// gracefully. It is wiring only; the behaviour lives in manager and server.
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/airlock-dev/airlock/internal/manager"
+	"github.com/airlock-dev/airlock/internal/policy"
+)
+
+// Config is the daemon's configuration file. Durations are Go durations
+// ("90s", "1h"), sizes take binary suffixes ("1M").
+type Config struct {
+	Socket    string `yaml:"socket"`
+	Listen    string `yaml:"listen"`
+	DataDir   string `yaml:"data_dir"`
+	StateDir  string `yaml:"state_dir"`
+	LogFormat string `yaml:"log_format"`
+	LogLevel  string `yaml:"log_level"`
+
+	MaxSandboxes int    `yaml:"max_sandboxes"`
+	MaxCreating  int    `yaml:"max_creating"`
+	QueueSize    int    `yaml:"queue_size"`
+	QueueTimeout string `yaml:"queue_timeout"`
+
+	DefaultTimeout string `yaml:"default_timeout"`
+	MaxLifetime    string `yaml:"max_lifetime"`
+	IdleTimeout    string `yaml:"idle_timeout"`
+	ExecTimeout    string `yaml:"exec_timeout"`
+	MaxOutput      string `yaml:"max_output"`
+	MaxUpload      string `yaml:"max_upload"`
+	Retention      string `yaml:"retention"`
+
+	Images       map[string]string    `yaml:"images"`
+	Policies     map[string]string    `yaml:"policies"`
+	Pools        []manager.PoolConfig `yaml:"pools"`
+	CgroupParent string               `yaml:"cgroup_parent"`
+	Insecure     Insecure             `yaml:"insecure"`
+}
+
+// Insecure opts every sandbox of the daemon out of isolation layers, by
+// name; each is logged as a warning at start.
+type Insecure struct {
+	NoLandlock bool `yaml:"no_landlock"`
+	NoSeccomp  bool `yaml:"no_seccomp"`
+	NoCgroups  bool `yaml:"no_cgroups"`
+}
+
+// Load reads a configuration file ("" for none), then applies the
+// environment (AIRLOCK_SOCKET, AIRLOCK_LISTEN, AIRLOCK_DATA_DIR,
+// AIRLOCK_STATE_DIR, AIRLOCK_LOG_FORMAT, AIRLOCK_LOG_LEVEL). Unknown keys
+// are errors.
+func Load(path string) (*Config, error) {
+	c := &Config{}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(c); err != nil && err != io.EOF {
+			return nil, fmt.Errorf("config %s: %v", path, err)
+		}
+	}
+	for env, dst := range map[string]*string{
+		"AIRLOCK_SOCKET": &c.Socket, "AIRLOCK_LISTEN": &c.Listen, "AIRLOCK_DATA_DIR": &c.DataDir,
+		"AIRLOCK_STATE_DIR": &c.StateDir, "AIRLOCK_LOG_FORMAT": &c.LogFormat, "AIRLOCK_LOG_LEVEL": &c.LogLevel,
+	} {
+		if v, ok := os.LookupEnv(env); ok {
+			*dst = v
+		}
+	}
+	return c, nil
+}
+
+// DefaultSocket is the unix socket the daemon listens on and clients try
+// first: /run/airlock/airlock.sock as root, $XDG_RUNTIME_DIR/airlock.sock
+// otherwise.
+func DefaultSocket() string {
+	if os.Geteuid() == 0 {
+		return "/run/airlock/airlock.sock"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "airlock.sock")
+	}
+	return filepath.Join(os.TempDir(), "airlock-"+strconv.Itoa(os.Getuid()), "airlock.sock")
+}
+
+func (c *Config) defaults() {
+	if c.Socket == "" {
+		c.Socket = DefaultSocket()
+	}
+	if c.DataDir == "" {
+		if os.Geteuid() == 0 {
+			c.DataDir = "/var/lib/airlock"
+		} else if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+			c.DataDir = filepath.Join(d, "airlock")
+		} else {
+			home, _ := os.UserHomeDir()
+			c.DataDir = filepath.Join(home, ".local", "share", "airlock")
+		}
+	}
+	if c.StateDir == "" {
+		if os.Geteuid() == 0 {
+			c.StateDir = "/run/airlock/serve"
+		} else {
+			c.StateDir = filepath.Join(filepath.Dir(c.Socket), "airlock-serve")
+		}
+	}
+}
+
+// manager builds the manager's configuration (without runtime and store).
+func (c *Config) manager() (manager.Config, int64, error) {
+	var mc manager.Config
+	var err error
+	dur := func(name, v string, dst *time.Duration, allowNeg bool) {
+		if v == "" || err != nil {
+			return
+		}
+		d, e := time.ParseDuration(v)
+		if e != nil || (d < 0 && !allowNeg) {
+			err = fmt.Errorf("config: %s: %q is not a duration (e.g. 90s, 1h)", name, v)
+		}
+		*dst = d
+	}
+	dur("queue_timeout", c.QueueTimeout, &mc.QueueTimeout, false)
+	dur("default_timeout", c.DefaultTimeout, &mc.DefaultTTL, false)
+	dur("max_lifetime", c.MaxLifetime, &mc.MaxLifetime, false)
+	dur("idle_timeout", c.IdleTimeout, &mc.DefaultIdle, true)
+	dur("exec_timeout", c.ExecTimeout, &mc.ExecTimeout, false)
+	dur("retention", c.Retention, &mc.Retention, false)
+	if c.IdleTimeout == "0" || c.IdleTimeout == "0s" {
+		mc.DefaultIdle = -1 // "0" in the file means none
+	}
+	if err != nil {
+		return mc, 0, err
+	}
+	var maxUpload int64
+	if c.MaxOutput != "" {
+		n, e := policy.ParseSize(c.MaxOutput)
+		if e != nil || n > 64<<20 {
+			return mc, 0, fmt.Errorf("config: max_output: %q: want a size up to 64M", c.MaxOutput)
+		}
+		mc.MaxOutput = int(n)
+	}
+	if c.MaxUpload != "" {
+		n, e := policy.ParseSize(c.MaxUpload)
+		if e != nil {
+			return mc, 0, fmt.Errorf("config: max_upload: %v", e)
+		}
+		maxUpload = n
+	}
+	mc.MaxSandboxes, mc.MaxCreating, mc.QueueSize = c.MaxSandboxes, c.MaxCreating, c.QueueSize
+	if mc.MaxSandboxes < 0 || mc.MaxCreating < 0 || mc.QueueSize < 0 {
+		return mc, 0, errors.New("config: max_sandboxes, max_creating and queue_size must not be negative")
+	}
+	mc.Images = map[string]string{}
+	for name, dir := range c.Images {
+		if !filepath.IsAbs(dir) {
+			return mc, 0, fmt.Errorf("config: images.%s: %q must be an absolute directory", name, dir)
+		}
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return mc, 0, fmt.Errorf("config: images.%s: %s is not a directory", name, dir)
+		}
+		mc.Images[name] = dir
+	}
+	mc.Policies = map[string]*policy.Policy{}
+	for name, file := range c.Policies {
+		p, err := policy.Load(file)
+		if err != nil {
+			return mc, 0, fmt.Errorf("config: policies.%s: %v", name, err)
+		}
+		if p.Resources.Timeout != 0 {
+			return mc, 0, fmt.Errorf("config: policies.%s: resources.timeout does not apply to the daemon's sandboxes (they have a TTL)", name)
+		}
+		if len(p.Environment.Pass) > 0 {
+			return mc, 0, fmt.Errorf("config: policies.%s: environment.pass would copy the daemon's environment into sandboxes; use environment.set", name)
+		}
+		mc.Policies[name] = p
+	}
+	mc.Pools = c.Pools
+	mc.CgroupParent = c.CgroupParent
+	mc.Insecure.NoLandlock, mc.Insecure.NoSeccomp, mc.Insecure.NoCgroups = c.Insecure.NoLandlock, c.Insecure.NoSeccomp, c.Insecure.NoCgroups
+	return mc, maxUpload, nil
+}

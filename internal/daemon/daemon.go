@@ -1,0 +1,159 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/airlock-dev/airlock/internal/manager"
+	"github.com/airlock-dev/airlock/internal/runtime/native"
+	"github.com/airlock-dev/airlock/internal/server"
+	"github.com/airlock-dev/airlock/internal/store"
+)
+
+// Logger makes the daemon's logger: text or JSON, at a level.
+func Logger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if level != "" {
+		if err := lv.UnmarshalText([]byte(level)); err != nil {
+			return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+		}
+	}
+	o := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want text or json", format)
+}
+
+// Run serves until ctx is cancelled or SIGTERM/SIGINT arrives, then shuts
+// down gracefully: readiness fails, listeners close, requests in flight
+// get a grace period, warm pool members are destroyed. Callers' sandboxes
+// keep running and are re-adopted by the next daemon.
+func Run(ctx context.Context, c *Config, log *slog.Logger) error {
+	c.defaults()
+	mc, maxUpload, err := c.manager()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	st, err := store.Open(ctx, filepath.Join(c.DataDir, "airlock.db"))
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	defer st.Close()
+	if err := os.MkdirAll(filepath.Dir(c.StateDir), 0o711); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	rt := &native.Runtime{Detached: true, StateRoot: c.StateDir}
+	mc.Runtime, mc.Adopter, mc.Store, mc.Log = rt, rt, st, log
+	mc.Metrics = manager.NewMetrics()
+	for layer, off := range map[string]bool{"landlock": mc.Insecure.NoLandlock, "seccomp": mc.Insecure.NoSeccomp, "cgroups": mc.Insecure.NoCgroups} {
+		if off {
+			log.Warn("INSECURE: an isolation layer is off for every sandbox (configuration insecure)", "layer", layer)
+		}
+	}
+	m, err := manager.New(mc)
+	if err != nil {
+		return err
+	}
+	srv := server.New(m, st, mc.Metrics, log)
+	srv.MaxUpload = maxUpload
+
+	ul, err := listenUnix(c.Socket)
+	if err != nil {
+		return err
+	}
+	var tl net.Listener
+	if c.Listen != "" {
+		if tl, err = net.Listen("tcp", c.Listen); err != nil {
+			ul.Close()
+			return fmt.Errorf("listen %s: %w", c.Listen, err)
+		}
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	errc := make(chan error, 2)
+	servers := []*http.Server{}
+	serve := func(l net.Listener, remote bool) {
+		hs := &http.Server{Handler: srv.Handler(remote), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+		servers = append(servers, hs)
+		go func() {
+			if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	serve(ul, false)
+	if tl != nil {
+		serve(tl, true)
+	}
+	log.Info("airlock serve", "socket", c.Socket, "listen", c.Listen, "data_dir", c.DataDir, "state_dir", c.StateDir, "pid", os.Getpid())
+	if err := m.Recover(ctx); err != nil {
+		log.Error("recover", "err", err)
+	}
+	log.Info("ready", "sandboxes", m.CountByState())
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		log.Error("serve", "err", err)
+	}
+	log.Info("shutting down")
+	srv.Drain()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, hs := range servers {
+		if hs.Shutdown(sctx) != nil {
+			hs.Close()
+		}
+	}
+	os.Remove(c.Socket)
+	m.Close(sctx, true)
+	log.Info("stopped")
+	return err
+}
+
+// listenUnix listens on path with mode 0660. A socket file left by a dead
+// daemon is replaced; a live daemon on it is an error.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("socket %s: exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("socket %s: another daemon is listening on it", path)
+		}
+		os.Remove(path)
+	}
+	old := syscall.Umask(0o117)
+	l, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		l.Close()
+		return nil, err
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	return l, nil
+}

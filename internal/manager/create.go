@@ -1,0 +1,229 @@
+package manager
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/errdefs"
+	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/sandbox"
+	"github.com/airlock-dev/airlock/internal/store"
+)
+
+// Create makes a sandbox for a caller: from a warm pool when one matches,
+// otherwise cold. On error nothing is left behind.
+func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (_ api.Sandbox, err error) {
+	start := time.Now()
+	source := "cold"
+	defer func() {
+		if err == nil {
+			m.met.createSeconds.WithLabelValues(source).Observe(time.Since(start).Seconds())
+		}
+	}()
+	ttl, idle, err := m.checkCreate(req)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	p, rec, err := m.cfg.resolve(req)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	var sb *Sandbox
+	if rec.Policy == "" && rec.Resources == (api.Resources{}) {
+		sb = m.takePooled(poolKey(req.Image, req.PolicyName))
+	}
+	if sb != nil {
+		source = "pool"
+	} else {
+		if err := m.adm.acquire(ctx, true); err != nil {
+			return api.Sandbox{}, err
+		}
+		if sb, err = m.createSandbox(ctx, p, rec, ""); err != nil {
+			return api.Sandbox{}, err
+		}
+	}
+	view, err := m.assign(ctx, sb, req, rec, ttl, idle)
+	if err != nil {
+		m.destroy(context.WithoutCancel(ctx), sb, api.StateFailed, "creation failed", true)
+		return api.Sandbox{}, err
+	}
+	return view, nil
+}
+
+// checkCreate validates what resolve does not: timeouts, labels, files.
+func (m *Manager) checkCreate(req *api.CreateSandboxRequest) (ttl, idle time.Duration, err error) {
+	if err := checkLabels(req.Labels); err != nil {
+		return 0, 0, err
+	}
+	if len(req.Files) > maxFiles {
+		return 0, 0, invalid("files: %d files, the limit is %d", len(req.Files), maxFiles)
+	}
+	for i, f := range req.Files {
+		if f.Path == "" || strings.ContainsRune(f.Path, 0) {
+			return 0, 0, invalid("files[%d].path: empty or contains a NUL byte", i)
+		}
+		if f.Mode > 0o7777 {
+			return 0, 0, invalid("files[%d].mode: %#o is not a permission mode", i, f.Mode)
+		}
+	}
+	ttl, err = seconds("timeout_seconds", req.TimeoutSeconds, m.cfg.DefaultTTL)
+	if err != nil {
+		return 0, 0, err
+	}
+	if ttl > m.cfg.MaxLifetime {
+		return 0, 0, invalid("timeout_seconds: %v is past the maximum lifetime of a sandbox (%v)", ttl, m.cfg.MaxLifetime)
+	}
+	switch {
+	case req.IdleTimeoutSeconds < 0:
+		idle = 0
+	case req.IdleTimeoutSeconds == 0:
+		idle = max(m.cfg.DefaultIdle, 0)
+	default:
+		if idle, err = seconds("idle_timeout_seconds", req.IdleTimeoutSeconds, 0); err != nil {
+			return 0, 0, err
+		}
+	}
+	return ttl, idle, nil
+}
+
+// seconds converts a positive number of seconds; 0 gives def.
+func seconds(name string, s float64, def time.Duration) (time.Duration, error) {
+	switch {
+	case s == 0:
+		return def, nil
+	case s < 0 || s != s:
+		return 0, invalid("%s: %v must be positive", name, s)
+	case s > 10*365*24*3600:
+		return 0, invalid("%s: %v is too large", name, s)
+	}
+	return time.Duration(s * float64(time.Second)), nil
+}
+
+// newID returns a fresh runtime sandbox id.
+func newID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// createSandbox makes a sandbox with the runtime. The caller holds a live
+// slot and a creation permit from admission; the permit is released here,
+// and the slot too if creation fails.
+func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specRecord, pool string) (_ *Sandbox, err error) {
+	defer m.adm.created()
+	defer func() {
+		if err != nil {
+			m.adm.release()
+			m.met.errors.WithLabelValues("create").Inc()
+		}
+	}()
+	spec, err := m.specs.get(p, rec, sandbox.Opts{Insecure: m.cfg.Insecure, CgroupParent: m.cfg.CgroupParent})
+	if err != nil {
+		return nil, err
+	}
+	rid := newID()
+	spec.ID = rid
+	now := time.Now().UTC()
+	sb := &Sandbox{
+		id: apiID(rid), spec: rec, procs: map[uint64]*proc{}, activity: now, ended: make(chan struct{}),
+		rec: store.Sandbox{ID: apiID(rid), State: api.StateCreating, Image: rec.Image, Policy: rec.PolicyName,
+			Spec: rec.marshal(), Pool: pool, CreatedAt: now, LastActivity: now},
+	}
+	// The store knows of the sandbox before the runtime makes it: a daemon
+	// killed in between finds it "creating" at restart and removes it.
+	if err := m.st.PutSandbox(ctx, &sb.rec); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	m.mu.Lock()
+	m.sandboxes[sb.id] = sb
+	m.mu.Unlock()
+	forget := func() {
+		m.mu.Lock()
+		delete(m.sandboxes, sb.id)
+		m.mu.Unlock()
+		m.st.DeleteSandbox(context.WithoutCancel(ctx), sb.id)
+	}
+	rt, err := m.cfg.Runtime.Create(ctx, spec)
+	if err != nil {
+		forget()
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	if err := m.st.SetState(ctx, sb.id, api.StateRunning, "", nil); err != nil {
+		rt.Destroy(context.WithoutCancel(ctx))
+		forget()
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	sb.mu.Lock()
+	sb.rt = rt
+	sb.rec.State = api.StateRunning
+	sb.mu.Unlock()
+	m.watch(sb, rt)
+	return sb, nil
+}
+
+// assign hands a fresh (or pooled) sandbox to its caller: labels, TTL,
+// environment and files.
+func (m *Manager) assign(ctx context.Context, sb *Sandbox, req *api.CreateSandboxRequest, rec specRecord, ttl, idle time.Duration) (api.Sandbox, error) {
+	now := time.Now().UTC()
+	exp, deadline := now.Add(ttl), now.Add(m.cfg.MaxLifetime)
+	sb.mu.Lock()
+	sb.spec = rec
+	r := sb.rec
+	r.Labels, r.Image, r.Policy, r.Spec, r.Pool = req.Labels, rec.Image, rec.PolicyName, rec.marshal(), ""
+	r.CreatedAt, r.LastActivity, r.ExpiresAt, r.Deadline, r.IdleTimeout = now, now, &exp, &deadline, idle
+	rt := sb.rt
+	sb.mu.Unlock()
+	if rt == nil {
+		return api.Sandbox{}, fmt.Errorf("sandbox %s ended while it was being created: %w", sb.id, errdefs.ErrUnavailable)
+	}
+	if err := m.writeFiles(ctx, rt, req.Files); err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := m.st.PutSandbox(ctx, &r); err != nil {
+		return api.Sandbox{}, fmt.Errorf("store: %w", err)
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	sb.rec = r
+	sb.activity = now
+	return sb.view(), nil
+}
+
+// writeFiles writes the initial files of a sandbox.
+func (m *Manager) writeFiles(ctx context.Context, rt runtime.Sandbox, files []api.File) error {
+	if len(files) == 0 {
+		return nil
+	}
+	fs, ok := rt.(runtime.Files)
+	if !ok {
+		return fmt.Errorf("files: the %s runtime serves no files: %w", m.cfg.Runtime.Name(), errdefs.ErrNotSupported)
+	}
+	for i, f := range files {
+		p := f.Path
+		if !path.IsAbs(p) {
+			p = path.Join("/workspace", p)
+		}
+		mode := os.FileMode(f.Mode)
+		if mode == 0 {
+			mode = 0o644
+		}
+		if dir := path.Dir(p); dir != "/" {
+			if err := fs.MkdirAll(ctx, dir, 0o755); err != nil {
+				return fmt.Errorf("files[%d] %s: %w", i, f.Path, err)
+			}
+		}
+		if err := fs.WriteFile(ctx, p, mode, bytes.NewReader(f.Content)); err != nil {
+			return fmt.Errorf("files[%d] %s: %w", i, f.Path, err)
+		}
+	}
+	return nil
+}

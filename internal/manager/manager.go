@@ -1,0 +1,261 @@
+// Package manager owns the lifecycle of the daemon's sandboxes: the state
+// machine (creating, running, paused, stopped, failed), processes started
+// through the API, TTLs, idle timeouts and maximum lifetimes, warm pools,
+// admission control, persistence in the store, and re-adoption of running
+// sandboxes after a daemon restart.
+//
+// It depends on a runtime (through runtime.Runtime and the small Adopter
+// interface) and on the store, never on HTTP. It must never leave a sandbox
+// behind that it does not track, never forget one that still holds
+// resources on the host, and never hand one caller's sandbox (or anything
+// left in it) to another.
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/agent"
+	"github.com/airlock-dev/airlock/internal/errdefs"
+	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/store"
+)
+
+// Adopter is what the manager needs from a runtime beyond Create to survive
+// its own restarts: reconnect to a sandbox a previous daemon created, remove
+// one it cannot reconnect to, and list what exists on the host.
+type Adopter interface {
+	Adopt(ctx context.Context, id string) (runtime.Sandbox, *agent.State, error)
+	Remove(ctx context.Context, id string) error
+	List() ([]string, error)
+}
+
+// Config configures a Manager. Zero durations and counts take the defaults
+// noted on each field.
+type Config struct {
+	Runtime runtime.Runtime
+	Adopter Adopter
+	Store   *store.Store
+	Log     *slog.Logger
+
+	// Policies are the named policies callers may ask for; "default" (or
+	// the empty name) is used when they name none. Images maps image names
+	// to root filesystem directories.
+	Policies map[string]*policy.Policy
+	Images   map[string]string
+	// Insecure opts every sandbox out of layers, by name (never chosen by
+	// an API caller).
+	Insecure     runtime.Insecure
+	CgroupParent string
+
+	MaxSandboxes int           // live sandboxes (pool members included); default 100
+	MaxCreating  int           // concurrent creations; default 2×CPUs, at least 4
+	QueueSize    int           // creations waiting for a slot; default 64
+	QueueTimeout time.Duration // how long one may wait; default 30s
+
+	DefaultTTL  time.Duration // default 1h
+	MaxLifetime time.Duration // default 24h; TTL extensions stop there
+	DefaultIdle time.Duration // default 15m; negative: none
+	ExecTimeout time.Duration // default timeout of run-and-wait exec; default 10m
+	MaxOutput   int           // bytes per stream in an exec result; default 1 MiB
+	Retention   time.Duration // how long stopped and failed sandboxes are listed; default 1h
+
+	Pools []PoolConfig
+	// Tick is how often timeouts, pools and activity are checked; default 1s.
+	Tick time.Duration
+
+	Metrics *Metrics
+}
+
+// PoolConfig sizes the warm pool of one image and named policy.
+type PoolConfig struct {
+	Image  string `yaml:"image"`
+	Policy string `yaml:"policy"`
+	Size   int    `yaml:"size"`
+}
+
+func (c *Config) defaults() {
+	if c.MaxSandboxes <= 0 {
+		c.MaxSandboxes = 100
+	}
+	if c.MaxCreating <= 0 {
+		c.MaxCreating = 4
+	}
+	if c.QueueSize <= 0 {
+		c.QueueSize = 64
+	}
+	if c.QueueTimeout <= 0 {
+		c.QueueTimeout = 30 * time.Second
+	}
+	if c.DefaultTTL <= 0 {
+		c.DefaultTTL = time.Hour
+	}
+	if c.MaxLifetime <= 0 {
+		c.MaxLifetime = 24 * time.Hour
+	}
+	if c.DefaultIdle == 0 {
+		c.DefaultIdle = 15 * time.Minute
+	}
+	if c.ExecTimeout <= 0 {
+		c.ExecTimeout = 10 * time.Minute
+	}
+	if c.MaxOutput <= 0 {
+		c.MaxOutput = 1 << 20
+	}
+	if c.Retention <= 0 {
+		c.Retention = time.Hour
+	}
+	if c.Tick <= 0 {
+		c.Tick = time.Second
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
+	}
+	if c.Policies == nil {
+		c.Policies = map[string]*policy.Policy{}
+	}
+	if c.Policies["default"] == nil {
+		c.Policies["default"] = &policy.Policy{}
+	}
+}
+
+// Manager runs the daemon's sandboxes.
+type Manager struct {
+	cfg   Config
+	log   *slog.Logger
+	st    *store.Store
+	met   *Metrics
+	specs *specCache
+
+	mu        sync.Mutex
+	sandboxes map[string]*Sandbox // every sandbox the store has, final ones included
+
+	adm   admission
+	pools map[string]*pool
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	ready  chan struct{}
+}
+
+// New makes a manager. Start it with Recover.
+func New(cfg Config) (*Manager, error) {
+	cfg.defaults()
+	if cfg.Runtime == nil || cfg.Store == nil {
+		return nil, errors.New("manager: a runtime and a store are required")
+	}
+	for _, pc := range cfg.Pools {
+		if _, err := cfg.policyNamed(pc.Policy); err != nil {
+			return nil, fmt.Errorf("pool %q/%q: %w", pc.Image, pc.Policy, err)
+		}
+		if _, err := cfg.image(pc.Image); err != nil {
+			return nil, fmt.Errorf("pool %q/%q: %w", pc.Image, pc.Policy, err)
+		}
+		if pc.Size < 0 || pc.Size > cfg.MaxSandboxes {
+			return nil, fmt.Errorf("pool %q/%q: size %d must be between 0 and max_sandboxes (%d)", pc.Image, pc.Policy, pc.Size, cfg.MaxSandboxes)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Manager{
+		cfg: cfg, log: cfg.Log, st: cfg.Store, met: cfg.Metrics, specs: newSpecCache(),
+		sandboxes: map[string]*Sandbox{}, pools: map[string]*pool{},
+		ctx: ctx, cancel: cancel, ready: make(chan struct{}),
+	}
+	m.adm.init(cfg.MaxSandboxes, cfg.MaxCreating, cfg.QueueSize, cfg.QueueTimeout, m.met)
+	for _, pc := range cfg.Pools {
+		if pc.Size > 0 {
+			k := poolKey(pc.Image, pc.Policy)
+			m.pools[k] = &pool{key: k, image: pc.Image, policy: pc.Policy, size: pc.Size, refill: make(chan struct{}, 1)}
+		}
+	}
+	m.met.bind(m)
+	return m, nil
+}
+
+// Ready is closed once Recover has run.
+func (m *Manager) Ready() <-chan struct{} { return m.ready }
+
+// Close stops the manager's background work. Sandboxes keep running (a
+// restarted daemon re-adopts them); pool members are destroyed only when
+// destroyPools is set (a clean shutdown: they hold no caller's state).
+func (m *Manager) Close(ctx context.Context, destroyPools bool) {
+	m.cancel()
+	m.wg.Wait()
+	if destroyPools {
+		for _, sb := range m.snapshot() {
+			sb.mu.Lock()
+			pooled := sb.rec.Pool != "" && !sb.isFinal()
+			sb.mu.Unlock()
+			if pooled {
+				m.destroy(ctx, sb, api.StateStopped, "daemon shut down", true)
+			}
+		}
+	}
+	m.flushActivity(ctx)
+}
+
+// snapshot returns every sandbox, sorted by id.
+func (m *Manager) snapshot() []*Sandbox {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*Sandbox, 0, len(m.sandboxes))
+	for _, sb := range m.sandboxes {
+		out = append(out, sb)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out
+}
+
+// lookup finds a sandbox that callers may see (not a pool member).
+func (m *Manager) lookup(id string) (*Sandbox, error) {
+	m.mu.Lock()
+	sb := m.sandboxes[id]
+	m.mu.Unlock()
+	if sb == nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	sb.mu.Lock()
+	pooled := sb.rec.Pool != ""
+	sb.mu.Unlock()
+	if pooled {
+		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	return sb, nil
+}
+
+// CountByState counts the sandboxes callers can see, by state, plus the
+// pool members as "pooled".
+func (m *Manager) CountByState() map[string]int {
+	out := map[string]int{api.StateCreating: 0, api.StateRunning: 0, api.StatePaused: 0, api.StateStopped: 0, api.StateFailed: 0, "pooled": 0}
+	for _, sb := range m.snapshot() {
+		sb.mu.Lock()
+		if sb.rec.Pool != "" {
+			out["pooled"]++
+		} else {
+			out[sb.rec.State]++
+		}
+		sb.mu.Unlock()
+	}
+	return out
+}
+
+// invalid wraps a message as an ErrInvalid.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), errdefs.ErrInvalid)
+}
+
+// conflict wraps a message as an ErrConflict.
+func conflict(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), errdefs.ErrConflict)
+}

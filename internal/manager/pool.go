@@ -1,0 +1,181 @@
+package manager
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/runtime"
+)
+
+// pool keeps ready sandboxes of one image and named policy. A member is a
+// sandbox made exactly as a cold create would make it and never handed to
+// anyone: acquisition takes it out of the pool under the pool's lock, so no
+// two callers can get the same one, and it is then assigned like a fresh
+// sandbox (labels, TTL, environment, files).
+type pool struct {
+	key, image, policy string
+	size               int
+
+	mu      sync.Mutex
+	ready   []*Sandbox
+	filling int           // members being created
+	refill  chan struct{} // a nudge for the filler
+}
+
+func poolKey(image, policy string) string {
+	if policy == "" {
+		policy = "default"
+	}
+	return image + "\x00" + policy
+}
+
+// takePooled takes a ready member of the pool key, or returns nil.
+func (m *Manager) takePooled(key string) *Sandbox {
+	pl := m.pools[key]
+	if pl == nil {
+		return nil
+	}
+	defer pl.nudge()
+	for {
+		pl.mu.Lock()
+		if len(pl.ready) == 0 {
+			pl.mu.Unlock()
+			return nil
+		}
+		sb := pl.ready[len(pl.ready)-1]
+		pl.ready = pl.ready[:len(pl.ready)-1]
+		m.met.poolReady.WithLabelValues(pl.image, pl.policy).Set(float64(len(pl.ready)))
+		pl.mu.Unlock()
+		sb.mu.Lock()
+		ok := !sb.ending && sb.rt != nil && sb.rec.State == api.StateRunning
+		sb.mu.Unlock()
+		if ok {
+			return sb
+		}
+	}
+}
+
+func (pl *pool) nudge() {
+	select {
+	case pl.refill <- struct{}{}:
+	default:
+	}
+}
+
+// fill keeps one pool at its size until Close, and health-checks its
+// members every interval.
+func (m *Manager) fill(pl *pool) {
+	defer m.wg.Done()
+	check := time.NewTicker(10 * time.Second)
+	defer check.Stop()
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-pl.refill:
+		case <-retry.C:
+		case <-check.C:
+			m.checkPool(pl)
+		}
+		for {
+			pl.mu.Lock()
+			want := pl.size - len(pl.ready) - pl.filling
+			pl.mu.Unlock()
+			if want <= 0 || m.ctx.Err() != nil {
+				break
+			}
+			// Callers come first: no refill while creations queue.
+			if !m.adm.room() || m.adm.acquire(m.ctx, false) != nil {
+				retry.Reset(time.Second)
+				break
+			}
+			pl.mu.Lock()
+			pl.filling++
+			pl.mu.Unlock()
+			sb, err := m.newMember(pl)
+			pl.mu.Lock()
+			pl.filling--
+			if err == nil {
+				pl.ready = append(pl.ready, sb)
+			}
+			m.met.poolReady.WithLabelValues(pl.image, pl.policy).Set(float64(len(pl.ready)))
+			pl.mu.Unlock()
+			if err != nil {
+				m.log.Error("warm pool: create", "image", pl.image, "policy", pl.policy, "err", err)
+				retry.Reset(5 * time.Second)
+				break
+			}
+		}
+	}
+}
+
+// newMember creates one pool member (admission already acquired).
+func (m *Manager) newMember(pl *pool) (*Sandbox, error) {
+	req := &api.CreateSandboxRequest{Image: pl.image, PolicyName: pl.policy}
+	p, rec, err := m.cfg.resolve(req)
+	if err != nil {
+		m.adm.created()
+		m.adm.release()
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, time.Minute)
+	defer cancel()
+	return m.createSandbox(ctx, p, rec, pl.key)
+}
+
+// checkPool replaces members whose agent does not answer.
+func (m *Manager) checkPool(pl *pool) {
+	pl.mu.Lock()
+	members := append([]*Sandbox(nil), pl.ready...)
+	pl.mu.Unlock()
+	for _, sb := range members {
+		if m.healthy(sb) {
+			continue
+		}
+		pl.mu.Lock()
+		for i, x := range pl.ready {
+			if x == sb {
+				pl.ready = append(pl.ready[:i], pl.ready[i+1:]...)
+				break
+			}
+		}
+		pl.mu.Unlock()
+		m.log.Warn("warm pool: unhealthy member replaced", "sandbox", sb.id)
+		m.destroy(m.ctx, sb, api.StateFailed, "warm pool health check failed", true)
+		pl.nudge()
+	}
+}
+
+// healthy asks a sandbox's agent for something cheap that touches nothing
+// a caller could later see.
+func (m *Manager) healthy(sb *Sandbox) bool {
+	sb.mu.Lock()
+	rt, ok := sb.rt, !sb.ending && sb.rec.State == api.StateRunning
+	sb.mu.Unlock()
+	if !ok || rt == nil {
+		return false
+	}
+	fs, ok := rt.(runtime.Files)
+	if !ok {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
+	defer cancel()
+	_, err := fs.Stat(ctx, "/workspace")
+	return err == nil
+}
+
+// PoolSizes reports ready members per pool (for metrics and tests).
+func (m *Manager) PoolSizes() map[string]int {
+	out := map[string]int{}
+	for _, pl := range m.pools {
+		pl.mu.Lock()
+		out[pl.image+"/"+pl.policy] = len(pl.ready)
+		pl.mu.Unlock()
+	}
+	return out
+}

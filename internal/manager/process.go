@@ -1,0 +1,540 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/errdefs"
+	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/store"
+)
+
+// Limits on exec requests.
+const (
+	maxArgv       = 4096
+	maxArgvBytes  = 1 << 20
+	maxStdinBytes = 16 << 20 // in an ExecRequest; POST .../stdin streams more
+)
+
+// proc is a process started through the API.
+type proc struct {
+	sb       *Sandbox
+	rp       runtime.Process // nil for a process that ended before an adoption
+	timedOut atomic.Bool
+	done     chan struct{} // closed when it has ended
+
+	mu  sync.Mutex
+	rec store.Process
+}
+
+// end records how the process ended; only the first call counts.
+func (p *proc) end(st runtime.ExitStatus, timedOut bool, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rec.EndedAt != nil {
+		return false
+	}
+	code := st.Code
+	if st.Signal != 0 {
+		code = 128 + st.Signal
+	}
+	p.rec.EndedAt, p.rec.ExitCode, p.rec.Signal = &now, &code, st.Signal
+	p.rec.TimedOut = p.rec.TimedOut || timedOut
+	close(p.done)
+	return true
+}
+
+// view is the API's picture of the process.
+func (p *proc) view() api.Process {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.rec
+	v := api.Process{ID: procID(r.ID), SandboxID: r.SandboxID, Argv: r.Argv, Cwd: r.Cwd, TTY: r.TTY,
+		State: api.ProcessRunning, StartedAt: r.StartedAt, Signal: r.Signal, TimedOut: r.TimedOut}
+	if r.EndedAt != nil {
+		v.State, v.EndedAt, v.ExitCode = api.ProcessExited, r.EndedAt, r.ExitCode
+		v.DurationMs = float64(r.EndedAt.Sub(r.StartedAt).Microseconds()) / 1000
+	}
+	return v
+}
+
+func procID(n uint64) string { return "p" + strconv.FormatUint(n, 10) }
+
+// parseProcID parses "p<N>".
+func parseProcID(s string) (uint64, bool) {
+	if len(s) < 2 || s[0] != 'p' || (s[1] == '0' && len(s) > 2) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s[1:], 10, 64)
+	return n, err == nil
+}
+
+func (m *Manager) saveProc(ctx context.Context, p *proc) {
+	p.mu.Lock()
+	r := p.rec
+	p.mu.Unlock()
+	if err := m.st.PutProcess(context.WithoutCancel(ctx), &r); err != nil {
+		m.log.Error("store process", "sandbox", r.SandboxID, "process", r.ID, "err", err)
+	}
+}
+
+// live returns a sandbox that is running, touched, with its runtime.
+func (m *Manager) live(id string) (*Sandbox, runtime.Sandbox, error) {
+	sb, err := m.lookup(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now().UTC()
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	sb.activity, sb.dirty = now, true
+	if sb.rec.State != api.StateRunning || sb.ending || sb.rt == nil {
+		return nil, nil, conflict("sandbox %s is %s, not running", id, sb.rec.State)
+	}
+	return sb, sb.rt, nil
+}
+
+// execRequest validates an API exec request and builds the runtime's.
+func (m *Manager) execRequest(sb *Sandbox, req *api.ExecRequest, tty bool) (*runtime.ExecRequest, time.Duration, error) {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return nil, 0, invalid("argv: empty (give the command and its arguments, e.g. [\"ls\", \"-l\"])")
+	}
+	if len(req.Argv) > maxArgv {
+		return nil, 0, invalid("argv: %d arguments, the limit is %d", len(req.Argv), maxArgv)
+	}
+	n := 0
+	for i, a := range req.Argv {
+		if strings.ContainsRune(a, 0) {
+			return nil, 0, invalid("argv[%d]: contains a NUL byte", i)
+		}
+		n += len(a)
+	}
+	if n > maxArgvBytes {
+		return nil, 0, invalid("argv: %d bytes, the limit is %d", n, maxArgvBytes)
+	}
+	if len(req.Stdin) > maxStdinBytes {
+		return nil, 0, fmt.Errorf("stdin: %d bytes, the limit in a request is %d (stream larger input with a background process and POST .../stdin): %w", len(req.Stdin), maxStdinBytes, errdefs.ErrTooLarge)
+	}
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = "/workspace"
+	}
+	if strings.ContainsRune(cwd, 0) {
+		return nil, 0, invalid("cwd: contains a NUL byte")
+	}
+	if !path.IsAbs(cwd) {
+		cwd = path.Join("/workspace", cwd)
+	}
+	cwd = path.Clean(cwd)
+	if cwd == "/proc" || strings.HasPrefix(cwd, "/proc/") {
+		return nil, 0, invalid("cwd %q: a directory under /proc is not a working directory", req.Cwd)
+	}
+	if req.TimeoutSeconds < 0 || req.TimeoutSeconds != req.TimeoutSeconds {
+		return nil, 0, invalid("timeout_seconds: %v must not be negative", req.TimeoutSeconds)
+	}
+	timeout, err := seconds("timeout_seconds", req.TimeoutSeconds, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	if req.MaxOutputBytes < 0 {
+		return nil, 0, invalid("max_output_bytes: %d must not be negative", req.MaxOutputBytes)
+	}
+	sb.mu.Lock()
+	env := make(map[string]string, len(sb.spec.Env)+len(req.Env))
+	for k, v := range sb.spec.Env {
+		env[k] = v
+	}
+	sb.mu.Unlock()
+	if len(req.Env) > maxEnv {
+		return nil, 0, invalid("env: %d variables, the limit is %d", len(req.Env), maxEnv)
+	}
+	for k, v := range req.Env {
+		if err := checkEnv(k, v); err != nil {
+			return nil, 0, err
+		}
+		env[k] = v
+	}
+	if tty && env["TERM"] == "" {
+		env["TERM"] = "xterm-256color"
+	}
+	list := make([]string, 0, len(env))
+	for k, v := range env {
+		list = append(list, k+"="+v)
+	}
+	sort.Strings(list)
+	return &runtime.ExecRequest{Argv: req.Argv, Env: list, Dir: cwd, TTY: tty, Capture: !tty}, timeout, nil
+}
+
+// start starts a process and tracks it until it ends.
+func (m *Manager) start(ctx context.Context, id string, req *api.ExecRequest, tty bool, rows, cols uint16) (*proc, error) {
+	sb, rt, err := m.live(id)
+	if err != nil {
+		return nil, err
+	}
+	rreq, timeout, err := m.execRequest(sb, req, tty)
+	if err != nil {
+		return nil, err
+	}
+	rreq.Rows, rreq.Cols = rows, cols
+	rp, err := rt.Exec(ctx, rreq)
+	if err != nil {
+		m.met.errors.WithLabelValues("exec").Inc()
+		return nil, execError(id, req.Argv[0], err)
+	}
+	aid := uint64(0)
+	if a, ok := rp.(interface{ ID() uint64 }); ok {
+		aid = a.ID()
+	}
+	p := &proc{sb: sb, rp: rp, done: make(chan struct{}), rec: store.Process{
+		SandboxID: id, ID: aid, Argv: req.Argv, Cwd: rreq.Dir, TTY: tty, StartedAt: time.Now().UTC(),
+	}}
+	sb.mu.Lock()
+	sb.procs[aid] = p
+	sb.running++
+	sb.mu.Unlock()
+	m.saveProc(ctx, p)
+	if timeout > 0 {
+		t := time.AfterFunc(timeout, func() {
+			p.timedOut.Store(true)
+			rp.Signal(syscall.SIGKILL)
+		})
+		go func() { <-p.done; t.Stop() }()
+	}
+	go m.reapProc(p)
+	if !tty && len(req.Stdin) > 0 {
+		if sw, ok := rp.(runtime.StdinWriter); ok {
+			if err := sw.WriteStdin(ctx, req.Stdin); err != nil {
+				m.log.Warn("stdin", "sandbox", id, "process", aid, "err", err)
+			}
+		}
+	}
+	return p, nil
+}
+
+// reapProc waits for a process to end and records it.
+func (m *Manager) reapProc(p *proc) {
+	st, err := p.rp.Wait(context.Background())
+	if err != nil && st == (runtime.ExitStatus{}) {
+		st = runtime.ExitStatus{Signal: 9}
+	}
+	if p.end(st, p.timedOut.Load(), time.Now().UTC()) {
+		p.sb.mu.Lock()
+		p.sb.running--
+		p.sb.activity, p.sb.dirty = time.Now().UTC(), true
+		p.sb.mu.Unlock()
+		m.saveProc(context.Background(), p)
+	}
+}
+
+// execError classifies an exec failure.
+func execError(id, cmd string, err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "no such file") || strings.Contains(msg, "not found in"):
+		return fmt.Errorf("sandbox %s: %s: command not found: %w", id, cmd, errdefs.ErrInvalid)
+	case strings.Contains(msg, "permission denied") || strings.Contains(msg, "not a directory") || strings.Contains(msg, "chdir"):
+		return fmt.Errorf("sandbox %s: %v: %w", id, err, errdefs.ErrInvalid)
+	case strings.Contains(msg, "sandbox ended"):
+		return fmt.Errorf("sandbox %s: %v: %w", id, err, errdefs.ErrConflict)
+	}
+	return fmt.Errorf("sandbox %s: exec: %w", id, err)
+}
+
+// Start starts a process in the background.
+func (m *Manager) Start(ctx context.Context, id string, req *api.ExecRequest) (api.Process, error) {
+	p, err := m.start(ctx, id, req, false, 0, 0)
+	if err != nil {
+		return api.Process{}, err
+	}
+	return p.view(), nil
+}
+
+// Exec runs a process and waits for it: exit status and output, each
+// stream capped with a marker.
+func (m *Manager) Exec(ctx context.Context, id string, req *api.ExecRequest) (api.ExecResult, error) {
+	t0 := time.Now()
+	if req.TimeoutSeconds == 0 {
+		req.TimeoutSeconds = m.cfg.ExecTimeout.Seconds()
+	}
+	limit := m.cfg.MaxOutput
+	if req.MaxOutputBytes > 0 {
+		limit = min(req.MaxOutputBytes, limit)
+	}
+	p, err := m.start(ctx, id, req, false, 0, 0)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	or, ok := p.rp.(runtime.OutputReader)
+	if !ok {
+		return api.ExecResult{}, fmt.Errorf("exec: the %s runtime keeps no output: %w", m.cfg.Runtime.Name(), errdefs.ErrNotSupported)
+	}
+	if sw, ok := p.rp.(runtime.StdinWriter); ok {
+		go sw.CloseStdin(context.WithoutCancel(ctx))
+	}
+	var out, errb capped
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); out.drain(ctx, or, 1, limit) }()
+	go func() { defer wg.Done(); errb.drain(ctx, or, 2, limit) }()
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		// The caller went away: the process is killed, not orphaned.
+		p.rp.Signal(syscall.SIGKILL)
+		<-p.done
+	}
+	wg.Wait()
+	v := p.view()
+	res := api.ExecResult{ProcessID: v.ID, Signal: v.Signal, TimedOut: v.TimedOut,
+		Stdout: out.result(), Stderr: errb.result(), StdoutTruncated: out.dropped > 0, StderrTruncated: errb.dropped > 0,
+		DurationMs: float64(time.Since(t0).Microseconds()) / 1000}
+	if v.ExitCode != nil {
+		res.ExitCode = *v.ExitCode
+	}
+	m.met.execSeconds.Observe(time.Since(t0).Seconds())
+	return res, ctx.Err()
+}
+
+// capped keeps the first limit bytes of a stream and counts the rest.
+type capped struct {
+	data    []byte
+	dropped uint64
+}
+
+// drain reads a captured stream to its end.
+func (c *capped) drain(ctx context.Context, or runtime.OutputReader, stream, limit int) {
+	var cursor uint64
+	for {
+		ch, err := or.ReadOutput(ctx, stream, cursor, 256<<10, 10*time.Second)
+		if err != nil {
+			return
+		}
+		if ch.From > cursor {
+			c.dropped += ch.From - cursor
+		}
+		keep := min(len(ch.Data), max(limit-len(c.data), 0))
+		c.data = append(c.data, ch.Data[:keep]...)
+		c.dropped += uint64(len(ch.Data) - keep)
+		cursor = ch.Next()
+		if ch.EOF {
+			return
+		}
+	}
+}
+
+func (c *capped) result() []byte {
+	if c.dropped > 0 {
+		return append(c.data, fmt.Sprintf("\n[airlock: output truncated, %d more bytes not shown]\n", c.dropped)...)
+	}
+	if c.data == nil {
+		return []byte{}
+	}
+	return c.data
+}
+
+// process finds a process of a sandbox (running or not).
+func (m *Manager) process(id, pid string) (*Sandbox, *proc, error) {
+	sb, err := m.lookup(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	n, ok := parseProcID(pid)
+	if !ok {
+		return nil, nil, fmt.Errorf("process %q: not a process id (p1, p2, ...): %w", pid, errdefs.ErrNotFound)
+	}
+	sb.mu.Lock()
+	p := sb.procs[n]
+	sb.activity, sb.dirty = time.Now().UTC(), true
+	sb.mu.Unlock()
+	if p == nil {
+		return nil, nil, fmt.Errorf("sandbox %s: process %q: %w", id, pid, errdefs.ErrNotFound)
+	}
+	return sb, p, nil
+}
+
+// Process returns a process.
+func (m *Manager) Process(ctx context.Context, id, pid string) (api.Process, error) {
+	_, p, err := m.process(id, pid)
+	if err != nil {
+		return api.Process{}, err
+	}
+	return p.view(), nil
+}
+
+// Processes lists a sandbox's processes.
+func (m *Manager) Processes(ctx context.Context, id string) (api.ProcessList, error) {
+	sb, err := m.lookup(id)
+	if err != nil {
+		return api.ProcessList{}, err
+	}
+	sb.touch(time.Now().UTC())
+	sb.mu.Lock()
+	ps := make([]*proc, 0, len(sb.procs))
+	for _, p := range sb.procs {
+		ps = append(ps, p)
+	}
+	sb.mu.Unlock()
+	sort.Slice(ps, func(i, j int) bool { return ps[i].rec.ID < ps[j].rec.ID })
+	out := api.ProcessList{Processes: make([]api.Process, 0, len(ps))}
+	for _, p := range ps {
+		out.Processes = append(out.Processes, p.view())
+	}
+	return out, nil
+}
+
+// Wait waits up to d for a process to end.
+func (m *Manager) Wait(ctx context.Context, id, pid string, d time.Duration) (api.Process, error) {
+	_, p, err := m.process(id, pid)
+	if err != nil {
+		return api.Process{}, err
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+	case <-ctx.Done():
+		return api.Process{}, ctx.Err()
+	}
+	return p.view(), nil
+}
+
+// Signal sends a signal to a running process.
+func (m *Manager) Signal(ctx context.Context, id, pid, sig string) error {
+	s, err := ParseSignal(sig)
+	if err != nil {
+		return err
+	}
+	sb, p, err := m.process(id, pid)
+	if err != nil {
+		return err
+	}
+	if err := m.runningProc(sb, p); err != nil {
+		return err
+	}
+	return p.rp.Signal(s)
+}
+
+// runningProc checks that p can be acted on.
+func (m *Manager) runningProc(sb *Sandbox, p *proc) error {
+	sb.mu.Lock()
+	state := sb.rec.State
+	sb.mu.Unlock()
+	if state != api.StateRunning {
+		return conflict("sandbox %s is %s, not running", sb.id, state)
+	}
+	select {
+	case <-p.done:
+		return conflict("process %s has exited", procID(p.rec.ID))
+	default:
+	}
+	if p.rp == nil {
+		return conflict("process %s is not reachable", procID(p.rec.ID))
+	}
+	return nil
+}
+
+// Stdin writes data to a process's stdin, then closes it if asked.
+func (m *Manager) Stdin(ctx context.Context, id, pid string, read func([]byte) (int, error), closeAfter bool) error {
+	sb, p, err := m.process(id, pid)
+	if err != nil {
+		return err
+	}
+	if err := m.runningProc(sb, p); err != nil {
+		return err
+	}
+	sw, ok := p.rp.(runtime.StdinWriter)
+	if !ok || p.rec.TTY {
+		return conflict("process %s takes no stdin through the API (a TTY process reads its PTY session)", pid)
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		n, rerr := read(buf)
+		if n > 0 {
+			if err := sw.WriteStdin(ctx, buf[:n]); err != nil {
+				return fmt.Errorf("stdin: %w: %w", errdefs.ErrConflict, err)
+			}
+		}
+		if rerr != nil {
+			if !errors.Is(rerr, io.EOF) {
+				return fmt.Errorf("stdin: reading the request: %w", rerr)
+			}
+			break
+		}
+	}
+	if closeAfter {
+		return sw.CloseStdin(ctx)
+	}
+	return nil
+}
+
+// ParseSignal parses "TERM", "SIGTERM" or "15".
+func ParseSignal(s string) (syscall.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n < 1 || n > 64 {
+			return 0, invalid("signal %q: want 1 to 64", s)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.TrimPrefix(strings.ToUpper(s), "SIG")
+	if sig, ok := signals[name]; ok {
+		return sig, nil
+	}
+	return 0, invalid("signal %q: unknown (e.g. TERM, KILL, INT, HUP, USR1 or a number)", s)
+}
+
+var signals = map[string]syscall.Signal{
+	"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "KILL": syscall.SIGKILL,
+	"TERM": syscall.SIGTERM, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "STOP": syscall.SIGSTOP,
+	"CONT": syscall.SIGCONT, "ALRM": syscall.SIGALRM, "WINCH": syscall.SIGWINCH, "PIPE": syscall.SIGPIPE,
+	"ABRT": syscall.SIGABRT, "TSTP": syscall.SIGTSTP,
+}
+
+// PTY starts a process on a pseudo-terminal; the caller owns the master.
+func (m *Manager) PTY(ctx context.Context, id string, req *api.PTYStart) (pid string, master *os.File, wait func() api.PTYExit, err error) {
+	if req.Rows == 0 {
+		req.Rows = 24
+	}
+	if req.Cols == 0 {
+		req.Cols = 80
+	}
+	p, err := m.start(ctx, id, &req.ExecRequest, true, req.Rows, req.Cols)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	wait = func() api.PTYExit {
+		<-p.done
+		v := p.view()
+		e := api.PTYExit{ProcessID: v.ID, Signal: v.Signal}
+		if v.ExitCode != nil {
+			e.ExitCode = *v.ExitCode
+		}
+		return e
+	}
+	return procID(p.rec.ID), p.rp.PTY(), wait, nil
+}
+
+// SignalPTY signals a PTY process by id (for the WebSocket's control
+// messages).
+func (m *Manager) SignalPTY(id, pid string, sig syscall.Signal) error {
+	sb, p, err := m.process(id, pid)
+	if err != nil {
+		return err
+	}
+	if err := m.runningProc(sb, p); err != nil {
+		return err
+	}
+	return p.rp.Signal(sig)
+}

@@ -1,0 +1,167 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/store"
+)
+
+// Recover loads the store and reconciles it with what runs on the host,
+// then starts the background work (timeouts, pools). Running and paused
+// sandboxes are re-adopted (their agents kept running); a sandbox that
+// cannot be is marked failed with the reason and its host state removed.
+// Sandboxes the store does not know (a daemon killed between the
+// runtime's create and the store's write cannot leave one, but a store
+// restored from a backup can) are removed. Pool members are destroyed: the
+// pools are refilled fresh.
+func (m *Manager) Recover(ctx context.Context) error {
+	defer close(m.ready)
+	recs, _, err := m.st.ListSandboxes(ctx, store.Filter{})
+	if err != nil {
+		return fmt.Errorf("load sandboxes: %w", err)
+	}
+	known := map[string]bool{}
+	for _, r := range recs {
+		known[runtimeID(r.ID)] = true
+		m.recoverOne(ctx, r)
+	}
+	if m.cfg.Adopter != nil {
+		ids, err := m.cfg.Adopter.List()
+		if err != nil {
+			m.log.Error("list runtime sandboxes", "err", err)
+		}
+		for _, rid := range ids {
+			if !known[rid] {
+				m.log.Warn("removing a sandbox the store does not know", "sandbox", apiID(rid))
+				if err := m.cfg.Adopter.Remove(ctx, rid); err != nil {
+					m.log.Error("remove unknown sandbox", "sandbox", apiID(rid), "err", err)
+				}
+			}
+		}
+	}
+	m.wg.Add(1)
+	go m.run()
+	for _, pl := range m.pools {
+		m.wg.Add(1)
+		go m.fill(pl)
+	}
+	return nil
+}
+
+// recoverOne brings one stored sandbox back under management.
+func (m *Manager) recoverOne(ctx context.Context, r *store.Sandbox) {
+	sb := &Sandbox{id: r.ID, rec: *r, procs: map[uint64]*proc{}, activity: r.LastActivity, ended: make(chan struct{})}
+	json.Unmarshal(r.Spec, &sb.spec)
+	procs, err := m.st.ListProcesses(ctx, r.ID)
+	if err != nil {
+		m.log.Error("load processes", "sandbox", r.ID, "err", err)
+	}
+	for _, pr := range procs {
+		p := &proc{sb: sb, rec: *pr, done: make(chan struct{})}
+		if pr.EndedAt != nil {
+			close(p.done)
+		}
+		sb.procs[pr.ID] = p
+	}
+	m.mu.Lock()
+	m.sandboxes[sb.id] = sb
+	m.mu.Unlock()
+	switch {
+	case sb.isFinal():
+		close(sb.ended)
+		return
+	case r.State == api.StateCreating:
+		m.lost(ctx, sb, "the daemon stopped while the sandbox was being created")
+		return
+	case r.Pool != "":
+		m.lost(ctx, sb, "warm pool member from before a daemon restart")
+		m.forget(ctx, sb)
+		return
+	case m.cfg.Adopter == nil:
+		m.lost(ctx, sb, "the runtime cannot re-adopt sandboxes after a restart")
+		return
+	}
+	rt, state, err := m.cfg.Adopter.Adopt(ctx, runtimeID(r.ID))
+	if err != nil {
+		m.lost(ctx, sb, fmt.Sprintf("could not re-adopt after a daemon restart: %v", err))
+		return
+	}
+	m.adm.adopt()
+	now := time.Now().UTC()
+	running := map[uint64]bool{}
+	for _, s := range state.Running {
+		running[s.ID] = true
+	}
+	exited := map[uint64]runtime.ExitStatus{}
+	for _, e := range state.Exited {
+		exited[e.ID] = runtime.ExitStatus{Code: e.Code, Signal: e.Signal}
+	}
+	type byID interface {
+		Process(id uint64) (runtime.Process, bool)
+	}
+	for id, p := range sb.procs {
+		if p.rec.EndedAt != nil {
+			continue
+		}
+		if rp, ok := rt.(byID); ok && (running[id] || hasKey(exited, id)) {
+			if x, ok := rp.Process(id); ok {
+				p.rp = x
+			}
+		}
+		switch {
+		case running[id] && p.rp != nil:
+			sb.running++
+			go m.reapProc(p)
+		case hasKey(exited, id):
+			p.end(exited[id], false, now)
+			m.saveProc(ctx, p)
+		default:
+			// Not known to the agent (a PTY process whose terminal was the
+			// previous daemon's): it ended when that daemon did.
+			p.end(runtime.ExitStatus{Signal: 1}, false, now)
+			m.saveProc(ctx, p)
+		}
+	}
+	if r.State == api.StatePaused {
+		if pr, ok := rt.(runtime.Pauser); ok {
+			if err := pr.Pause(ctx); err != nil {
+				m.log.Error("re-pause after adoption", "sandbox", r.ID, "err", err)
+			}
+		}
+	}
+	sb.rt = rt
+	m.watch(sb, rt)
+	m.log.Info("sandbox re-adopted", "sandbox", r.ID, "state", r.State, "running_processes", len(state.Running))
+}
+
+func hasKey[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// lost marks a sandbox that cannot be brought back failed and removes
+// whatever it left on the host.
+func (m *Manager) lost(ctx context.Context, sb *Sandbox, reason string) {
+	if m.cfg.Adopter != nil {
+		if err := m.cfg.Adopter.Remove(ctx, runtimeID(sb.id)); err != nil {
+			m.log.Error("remove sandbox", "sandbox", sb.id, "err", err)
+		}
+	}
+	now := time.Now().UTC()
+	sb.rec.State, sb.rec.Reason, sb.rec.EndedAt = api.StateFailed, reason, &now
+	for _, p := range sb.procs {
+		if p.end(runtime.ExitStatus{Signal: 9}, false, now) {
+			m.saveProc(ctx, p)
+		}
+	}
+	close(sb.ended)
+	if err := m.st.SetState(ctx, sb.id, api.StateFailed, reason, &now); err != nil {
+		m.log.Error("store sandbox state", "sandbox", sb.id, "err", err)
+	}
+	m.log.Warn("sandbox failed", "sandbox", sb.id, "reason", reason)
+}

@@ -1,0 +1,80 @@
+package manager
+
+import (
+	"encoding/json"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/store"
+)
+
+// Sandbox is the manager's view of one sandbox.
+type Sandbox struct {
+	id string // the API id, "sb-" + the runtime's id
+
+	mu       sync.Mutex
+	rec      store.Sandbox
+	spec     specRecord
+	rt       runtime.Sandbox // nil once final
+	procs    map[uint64]*proc
+	running  int           // processes started and not yet exited
+	ending   bool          // being stopped, failed or deleted
+	ended    chan struct{} // closed once it is final
+	activity time.Time
+	dirty    bool // activity not yet written to the store
+}
+
+// specRecord is what the store keeps about how a sandbox was made (the
+// store's opaque Spec).
+type specRecord struct {
+	Image      string            `json:"image,omitempty"`
+	PolicyName string            `json:"policy_name,omitempty"`
+	Policy     string            `json:"policy,omitempty"`
+	Resources  api.Resources     `json:"resources,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+}
+
+func (s specRecord) marshal() []byte {
+	b, _ := json.Marshal(s)
+	return b
+}
+
+// runtimeID is the runtime's id of an API sandbox id.
+func runtimeID(id string) string { return id[len("sb-"):] }
+
+// apiID is the API id of a runtime sandbox id.
+func apiID(rid string) string { return "sb-" + rid }
+
+// isFinal reports a stopped or failed sandbox. Call with sb.mu held.
+func (sb *Sandbox) isFinal() bool {
+	return sb.rec.State == api.StateStopped || sb.rec.State == api.StateFailed
+}
+
+// touch records API activity.
+func (sb *Sandbox) touch(now time.Time) {
+	sb.mu.Lock()
+	sb.activity = now
+	sb.dirty = true
+	sb.mu.Unlock()
+}
+
+// view is the API's picture of the sandbox. Call with sb.mu held.
+func (sb *Sandbox) view() api.Sandbox {
+	r := &sb.rec
+	v := api.Sandbox{
+		ID: sb.id, State: r.State, Labels: maps.Clone(r.Labels), Image: sb.spec.Image,
+		Policy: sb.spec.PolicyName, Reason: r.Reason, CreatedAt: r.CreatedAt,
+		ExpiresAt: r.ExpiresAt, EndedAt: r.EndedAt, LastActivityAt: sb.activity,
+		IdleTimeoutSeconds: r.IdleTimeout.Seconds(), Resources: sb.spec.Resources,
+	}
+	if sb.spec.Policy != "" {
+		v.Policy = "inline"
+	}
+	if len(v.Labels) == 0 {
+		v.Labels = nil
+	}
+	return v
+}

@@ -1,0 +1,124 @@
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/cgroup"
+	"github.com/airlock-dev/airlock/internal/runtime"
+)
+
+// What a daemon needs beyond runtime.Sandbox: pausing, noticing a dead
+// agent, and finding and removing what a previous daemon left.
+
+var (
+	_ runtime.Pauser  = (*sandbox)(nil)
+	_ runtime.Watcher = (*sandbox)(nil)
+)
+
+// ErrNoFreezer is returned by Pause and Resume for a sandbox without
+// cgroups (created with Insecure.NoCgroups).
+var ErrNoFreezer = errors.New("pausing needs the cgroup freezer, and this sandbox has no cgroup")
+
+// Pause implements runtime.Pauser.
+func (sb *sandbox) Pause(ctx context.Context) error {
+	if sb.cg == nil {
+		return ErrNoFreezer
+	}
+	return sb.cg.Freeze()
+}
+
+// Resume implements runtime.Pauser.
+func (sb *sandbox) Resume(ctx context.Context) error {
+	if sb.cg == nil {
+		return ErrNoFreezer
+	}
+	return sb.cg.Thaw()
+}
+
+// Done implements runtime.Watcher.
+func (sb *sandbox) Done() <-chan struct{} { return sb.done }
+
+// isID reports whether name is a sandbox id (16 lowercase hex digits).
+func isID(name string) bool {
+	if len(name) != 16 {
+		return false
+	}
+	for _, c := range name {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// List returns the ids of the sandboxes that have state under the state
+// root: running ones, detached ones waiting for adoption, and leftovers.
+func (r *Runtime) List() ([]string, error) {
+	entries, err := os.ReadDir(r.stateRoot())
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.IsDir() && isID(e.Name()) {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// Remove destroys the sandbox id that this process does not hold: it is
+// adopted and destroyed when its agent is still there, otherwise what it
+// left on the host (cgroups, placeholders, state) is removed. A sandbox
+// with no state at all is not an error.
+func (r *Runtime) Remove(ctx context.Context, id string) error {
+	if !isID(id) {
+		return fmt.Errorf("sandbox %q: %w", id, runtime.ErrInvalid)
+	}
+	if sb, _, err := r.Adopt(ctx, id); err == nil {
+		return sb.Destroy(ctx)
+	}
+	dir := filepath.Join(r.stateRoot(), id)
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		if os.IsNotExist(err) {
+			return os.RemoveAll(dir)
+		}
+		return err
+	}
+	var st stateFile
+	if err := json.Unmarshal(b, &st); err != nil {
+		return os.RemoveAll(dir)
+	}
+	if st.Init > 0 && procStart(st.Init) == st.InitStart {
+		// Alive but not adoptable (its agent socket is gone): kill it by
+		// its cgroup or pid before cleaning up.
+		if len(st.Cgroups) > 0 {
+			if cg, err := cgroup.Open(st.Cgroups); err == nil {
+				cg.Thaw()
+				cg.Kill()
+			}
+		}
+		if fd, err := unix.PidfdOpen(st.Init, 0); err == nil {
+			if procStart(st.Init) == st.InitStart {
+				unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			}
+			unix.Close(fd)
+		}
+	}
+	cleanupState(dir, &st)
+	return nil
+}
+
+// ID is the process's id in the agent (unique per sandbox, never reused).
+func (p *process) ID() uint64 { return p.id }
