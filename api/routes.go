@@ -47,11 +47,11 @@ var Routes = []Route{
 	{"GET", "/v1/sandboxes/{id}/pty", "pty"},
 
 	// Files. ?path= is absolute in the sandbox or relative to /workspace.
-	{"GET", "/v1/sandboxes/{id}/files", "readFile"},    // -> raw content, HeaderFileSize, HeaderFileMode
-	{"PUT", "/v1/sandboxes/{id}/files", "writeFile"},   // raw body, ?mode=0644 (octal) -> 204; atomic
-	{"DELETE", "/v1/sandboxes/{id}/files", "remove"},   // ?recursive=true -> 204
-	{"GET", "/v1/sandboxes/{id}/files/stat", "stat"},   // -> FileInfo
-	{"GET", "/v1/sandboxes/{id}/files/list", "list"},   // -> FileList
+	{"GET", "/v1/sandboxes/{id}/files", "readFile"},     // -> raw content, HeaderFileSize, HeaderFileMode
+	{"PUT", "/v1/sandboxes/{id}/files", "writeFile"},    // raw body, ?mode=0644 (octal) -> 204; atomic
+	{"DELETE", "/v1/sandboxes/{id}/files", "remove"},    // ?recursive=true -> 204
+	{"GET", "/v1/sandboxes/{id}/files/stat", "stat"},    // -> FileInfo
+	{"GET", "/v1/sandboxes/{id}/files/list", "list"},    // -> FileList
 	{"POST", "/v1/sandboxes/{id}/files/mkdir", "mkdir"}, // MkdirRequest -> 204
 	{"POST", "/v1/sandboxes/{id}/files/rename", "rename"},
 	{"GET", "/v1/sandboxes/{id}/archive", "download"}, // -> application/x-tar of path (a file or a tree)

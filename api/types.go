@@ -250,7 +250,7 @@ type RenameRequest struct {
 // PTY is the WebSocket protocol of GET /v1/sandboxes/{id}/pty: the client's
 // first message is a text frame holding a PTYStart; then binary frames carry
 // terminal bytes both ways, client text frames carry PTYControl (resize,
-// signal, close stdin), and the server's last text frame is a PTYExit before
+// signal), and the server's last text frame is a PTYExit before
 // it closes the connection.
 type PTYStart struct {
 	ExecRequest

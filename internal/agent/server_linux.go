@@ -184,6 +184,17 @@ func (s *Server) exec(req *ExecRequest, files []*os.File) {
 		s.fail(req.ID, err.Error())
 		return
 	}
+	if req.Dir != "" {
+		// Name the working directory in the error, which the child's
+		// chdir failure would not.
+		if fi, err := os.Stat(req.Dir); err != nil || !fi.IsDir() {
+			if err == nil {
+				err = syscall.ENOTDIR
+			}
+			s.fail(req.ID, "chdir "+req.Dir+": "+err.Error())
+			return
+		}
+	}
 	attr := &syscall.ProcAttr{Dir: req.Dir, Env: req.Env, Sys: &syscall.SysProcAttr{Setsid: true}}
 	var master *os.File
 	if req.TTY {

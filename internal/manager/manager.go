@@ -57,8 +57,8 @@ type Config struct {
 
 	MaxSandboxes int           // live sandboxes (pool members included); default 100
 	MaxCreating  int           // concurrent creations; default 2×CPUs, at least 4
-	QueueSize    int           // creations waiting for a slot; default 64
-	QueueTimeout time.Duration // how long one may wait; default 30s
+	QueueSize    int           // creations waiting for a slot; default 256
+	QueueTimeout time.Duration // how long one may wait; default 60s
 
 	DefaultTTL  time.Duration // default 1h
 	MaxLifetime time.Duration // default 24h; TTL extensions stop there
@@ -89,10 +89,10 @@ func (c *Config) defaults() {
 		c.MaxCreating = 4
 	}
 	if c.QueueSize <= 0 {
-		c.QueueSize = 64
+		c.QueueSize = 256
 	}
 	if c.QueueTimeout <= 0 {
-		c.QueueTimeout = 30 * time.Second
+		c.QueueTimeout = time.Minute
 	}
 	if c.DefaultTTL <= 0 {
 		c.DefaultTTL = time.Hour

@@ -28,6 +28,10 @@ const (
 	maxStdinBytes = 16 << 20 // in an ExecRequest; POST .../stdin streams more
 )
 
+// exitGrace is how long exec keeps reading output after its process exited
+// while something still holds the output open.
+const exitGrace = 250 * time.Millisecond
+
 // proc is a process started through the API.
 type proc struct {
 	sb       *Sandbox
@@ -242,9 +246,11 @@ func (m *Manager) reapProc(p *proc) {
 func execError(id, cmd string, err error) error {
 	msg := err.Error()
 	switch {
+	case strings.Contains(msg, "chdir"):
+		return fmt.Errorf("sandbox %s: working directory: %v: %w", id, err, errdefs.ErrInvalid)
 	case strings.Contains(msg, "no such file") || strings.Contains(msg, "not found in"):
 		return fmt.Errorf("sandbox %s: %s: command not found: %w", id, cmd, errdefs.ErrInvalid)
-	case strings.Contains(msg, "permission denied") || strings.Contains(msg, "not a directory") || strings.Contains(msg, "chdir"):
+	case strings.Contains(msg, "permission denied") || strings.Contains(msg, "not a directory"):
 		return fmt.Errorf("sandbox %s: %v: %w", id, err, errdefs.ErrInvalid)
 	case strings.Contains(msg, "sandbox ended"):
 		return fmt.Errorf("sandbox %s: %v: %w", id, err, errdefs.ErrConflict)
@@ -285,9 +291,13 @@ func (m *Manager) Exec(ctx context.Context, id string, req *api.ExecRequest) (ap
 	}
 	var out, errb capped
 	var wg sync.WaitGroup
+	dctx, stopDrain := context.WithCancel(ctx)
+	defer stopDrain()
+	drained := make(chan struct{})
 	wg.Add(2)
-	go func() { defer wg.Done(); out.drain(ctx, or, 1, limit) }()
-	go func() { defer wg.Done(); errb.drain(ctx, or, 2, limit) }()
+	go func() { defer wg.Done(); out.drain(dctx, or, 1, limit) }()
+	go func() { defer wg.Done(); errb.drain(dctx, or, 2, limit) }()
+	go func() { wg.Wait(); close(drained) }()
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -295,7 +305,15 @@ func (m *Manager) Exec(ctx context.Context, id string, req *api.ExecRequest) (ap
 		p.rp.Signal(syscall.SIGKILL)
 		<-p.done
 	}
-	wg.Wait()
+	// The result is due when the process exits, even if a background child
+	// it left keeps its output open: what it wrote is read for a short
+	// grace period, then the rest is left to the output stream.
+	select {
+	case <-drained:
+	case <-time.After(exitGrace):
+		stopDrain()
+		<-drained
+	}
 	v := p.view()
 	res := api.ExecResult{ProcessID: v.ID, Signal: v.Signal, TimedOut: v.TimedOut,
 		Stdout: out.result(), Stderr: errb.result(), StdoutTruncated: out.dropped > 0, StderrTruncated: errb.dropped > 0,

@@ -1,0 +1,282 @@
+//go:build linux
+
+package serve
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/client"
+)
+
+// TestFiles covers every file call and the API probes A1 (traversal) and A3
+// (symlinked parent): the host's files are the oracle.
+func TestFiles(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	// Write (atomic, parents made), read, stat, list, mkdir, rename, remove.
+	if err := d.c.WriteFile(ctx, sb.ID, "dir/a.txt", 0o640, strings.NewReader("hello")); err != nil {
+		t.Fatal(err)
+	}
+	rc, fi, err := d.c.ReadFile(ctx, sb.ID, "/workspace/dir/a.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "hello" || fi.Size != 5 || fi.Mode != 0o640 {
+		t.Fatalf("read: %q %+v", b, fi)
+	}
+	st, err := d.c.Stat(ctx, sb.ID, "dir")
+	if err != nil || !st.Dir {
+		t.Fatalf("stat: %+v %v", st, err)
+	}
+	if err := d.c.Mkdir(ctx, sb.ID, "x/y/z", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.c.Rename(ctx, sb.ID, "dir/a.txt", "x/y/z/b.txt"); err != nil {
+		t.Fatal(err)
+	}
+	list, err := d.c.List(ctx, sb.ID, "x/y/z")
+	if err != nil || len(list) != 1 || list[0].Name != "b.txt" || list[0].Size != 5 {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	err = d.c.Remove(ctx, sb.ID, "x", false)
+	wantCode(t, "remove a non-empty dir without recursive", err, http.StatusConflict)
+	if err := d.c.Remove(ctx, sb.ID, "x", true); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.c.Stat(ctx, sb.ID, "x")
+	wantCode(t, "stat removed", err, http.StatusNotFound)
+	// A large file streams through (8 MiB, not buffered whole).
+	big := bytes.Repeat([]byte("0123456789abcdef"), 512<<10)
+	if err := d.c.WriteFile(ctx, sb.ID, "big", 0o644, bytes.NewReader(big)); err != nil {
+		t.Fatal(err)
+	}
+	if out := d.sh(t, sb.ID, "wc -c < big"); strings.TrimSpace(out) != fmt.Sprint(len(big)) {
+		t.Fatalf("big file: %q", out)
+	}
+	// Archives: upload a tree, download it back.
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	for _, f := range []struct{ name, body string }{{"t/one", "1"}, {"t/sub/two", "22"}} {
+		tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.body)), Typeflag: tar.TypeReg})
+		tw.Write([]byte(f.body))
+	}
+	tw.Close()
+	if err := d.c.Upload(ctx, sb.ID, "/workspace/up", &tb); err != nil {
+		t.Fatal(err)
+	}
+	if out := d.sh(t, sb.ID, "cat up/t/one up/t/sub/two"); out != "122" {
+		t.Fatalf("uploaded: %q", out)
+	}
+	rc, err = d.c.Download(ctx, sb.ID, "up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(rc)
+	names := map[string]bool{}
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		names[strings.TrimSuffix(h.Name, "/")] = true
+	}
+	rc.Close()
+	if !names["up/t/sub/two"] && !names["t/sub/two"] {
+		t.Fatalf("download: %v", names)
+	}
+
+	// A1 traversal: nothing lands on the host.
+	canary := "/etc/cron.d/airlock-canary"
+	os.Remove(canary)
+	for _, p := range []string{"../../etc/cron.d/airlock-canary", "/etc/cron.d/airlock-canary", "%2e%2e/%2e%2e/etc/cron.d/airlock-canary"} {
+		err := d.c.WriteFile(ctx, sb.ID, p, 0o644, strings.NewReader("* * * * * root touch /tmp/pwned\n"))
+		if err != nil {
+			var e *client.Error
+			if !asClientError(err, &e) || e.Status >= 500 {
+				t.Fatalf("write %q: want success inside the sandbox or a 4xx, got %v", p, err)
+			}
+		}
+		if exists(canary) {
+			t.Fatalf("write %q reached the host's %s", p, canary)
+		}
+	}
+	// Control: the sandbox's own /etc/cron.d got it (the write is confined,
+	// not dropped).
+	d.sh(t, sb.ID, "test -f /etc/cron.d/airlock-canary")
+	for name, p := range map[string]string{"NUL": "x\x00y", "4096-byte name": strings.Repeat("a", 4097)} {
+		err := d.c.WriteFile(ctx, sb.ID, p, 0o644, strings.NewReader("x"))
+		if err == nil {
+			t.Fatalf("%s: accepted", name)
+		}
+		var e *client.Error
+		if !asClientError(err, &e) || e.Status >= 500 {
+			t.Fatalf("%s: want a 4xx, got %v", name, err)
+		}
+	}
+	// Upload traversal in tar names: refused, nothing outside.
+	for _, name := range []string{"../../../etc/cron.d/airlock-canary", "/etc/cron.d/airlock-canary"} {
+		var tb bytes.Buffer
+		tw := tar.NewWriter(&tb)
+		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: 1, Typeflag: tar.TypeReg})
+		tw.Write([]byte("x"))
+		tw.Close()
+		err := d.c.Upload(ctx, sb.ID, "/workspace/up", &tb)
+		wantCode(t, "tar entry "+name, err, http.StatusBadRequest)
+		if exists(canary) {
+			t.Fatalf("tar entry %q reached the host", name)
+		}
+	}
+	// A3 symlinked parent: inside the sandbox's own /etc, never the host's.
+	d.sh(t, sb.ID, "ln -s /etc /workspace/d")
+	if err := d.c.WriteFile(ctx, sb.ID, "d/cron.d/airlock-canary2", 0o644, strings.NewReader("x")); err == nil {
+		d.sh(t, sb.ID, "test -f /etc/cron.d/airlock-canary2")
+	}
+	if exists("/etc/cron.d/airlock-canary2") {
+		t.Fatal("symlinked parent reached the host's /etc")
+	}
+}
+
+func asClientError(err error, e **client.Error) bool {
+	ce, ok := err.(*client.Error)
+	if !ok {
+		return false
+	}
+	*e = ce
+	return true
+}
+
+// TestBadRequests: ids, routes, methods, bodies and policies the API
+// refuses, each with a clear 4xx and the JSON error shape.
+func TestBadRequests(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+	}{
+		{"GET", "/v1/sandboxes/sb-zzzz", "", 404},
+		{"GET", "/v1/sandboxes/sb-0123456789abcdef", "", 404},
+		{"GET", "/v1/sandboxes/..%2f..%2fetc", "", 404},
+		{"GET", "/v1/sandboxes/" + sb.ID + "/processes/p0", "", 404},
+		{"GET", "/v1/sandboxes/" + sb.ID + "/processes/1", "", 404},
+		{"GET", "/v1/nope", "", 404},
+		{"PATCH", "/v1/sandboxes", "", 405},
+		{"POST", "/v1/sandboxes", "{", 400},
+		{"POST", "/v1/sandboxes", `{"labelz":{}}`, 400},
+		{"POST", "/v1/sandboxes", `{"timeout_seconds":-1}`, 400},
+		{"POST", "/v1/sandboxes", `{"timeout_seconds":1e12}`, 400},
+		{"POST", "/v1/sandboxes", `{"image":"nope"}`, 400},
+		{"POST", "/v1/sandboxes", `{"policy_name":"nope"}`, 400},
+		{"POST", "/v1/sandboxes", `{"resources":{"memory":"lots"}}`, 400},
+		{"POST", "/v1/sandboxes", `{"labels":{"a=b":"c"}}`, 400},
+		{"POST", "/v1/sandboxes", `{"files":[{"path":"","content":""}]}`, 400},
+		{"POST", "/v1/sandboxes", `{"policy":"filesystem:\n  writable: [/etc]\n"}`, 400},
+		{"POST", "/v1/sandboxes", `{"policy":"workspace: /root\n"}`, 400},
+		{"POST", "/v1/sandboxes", `{"policy":"environment:\n  pass: [HOME]\n"}`, 400},
+		{"POST", "/v1/sandboxes", `{"policy":"nonsense: 1\n"}`, 400},
+		{"POST", "/v1/sandboxes/" + sb.ID + "/exec", `{"argv":"ls"}`, 400},
+		{"GET", "/v1/sandboxes?limit=0", "", 400},
+		{"GET", "/v1/sandboxes?state=zombie", "", 400},
+		{"GET", "/v1/sandboxes?cursor=bogus", "", 400},
+		{"GET", "/v1/sandboxes/" + sb.ID + "/files?path=", "", 400},
+	} {
+		resp, body := d.rawRequest(t, c.method, c.path, strings.NewReader(c.body), map[string]string{"Content-Type": "application/json"})
+		var e api.Error
+		if resp.StatusCode != c.status || json.Unmarshal(body, &e) != nil || e.Err.Code == "" || e.Err.Message == "" {
+			t.Errorf("%s %s %q: got %d %s, want %d with a JSON error", c.method, c.path, c.body, resp.StatusCode, body, c.status)
+		}
+	}
+	// Oversized bodies: 413.
+	resp, _ := d.rawRequest(t, "POST", "/v1/sandboxes", io.MultiReader(strings.NewReader(`{"labels":{"a":"`), strings.NewReader(strings.Repeat("x", 65<<20)), strings.NewReader(`"}}`)), nil)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("65 MiB create body: %d", resp.StatusCode)
+	}
+	// A failed create leaves nothing: the only sandbox is the first.
+	list, err := d.c.AllSandboxes(ctx, client.ListOptions{})
+	if err != nil || len(list) != 1 || len(d.stateEntries()) != 1 {
+		t.Fatalf("after bad creates: %d sandboxes, %d state dirs, %v", len(list), len(d.stateEntries()), err)
+	}
+	// The allowed parts of an inline policy apply: a denied syscall.
+	pol := d.create(t, &api.CreateSandboxRequest{Policy: "seccomp:\n  deny: [mkdir, mkdirat]\n"})
+	res, err := d.c.Exec(ctx, pol.ID, &api.ExecRequest{Argv: []string{"mkdir", "/tmp/x"}})
+	if err != nil || res.ExitCode == 0 {
+		t.Fatalf("mkdir under a policy denying it: %+v %v", res, err)
+	}
+	d.sh(t, sb.ID, "mkdir /tmp/x") // control: the default policy allows it
+	// The OpenAPI document is served as is.
+	_, doc := d.rawRequest(t, "GET", "/v1/openapi.json", nil, nil)
+	if !bytes.Equal(doc, api.OpenAPI) {
+		t.Fatal("served OpenAPI document differs from api.OpenAPI")
+	}
+	// Metrics name what the issue asks for.
+	_, m := d.rawRequest(t, "GET", "/metrics", nil, nil)
+	for _, name := range []string{"airlock_sandboxes{state=\"running\"}", "airlock_sandbox_create_seconds_bucket", "airlock_exec_seconds_bucket", "airlock_admission_queue_depth", "airlock_errors_total"} {
+		if !bytes.Contains(m, []byte(name)) {
+			t.Errorf("metrics lack %s", name)
+		}
+	}
+}
+
+// TestAuthTCP: over TCP every call needs a valid, unrevoked key; key
+// management is only on the unix socket; health needs nothing.
+func TestAuthTCP(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	d := startDaemon(t, "listen: "+addr+"\n")
+	ctx := ctxT(t)
+	key, err := d.c.CreateKey(ctx, "ci")
+	if err != nil || !strings.HasPrefix(key.Key, "alk_") {
+		t.Fatalf("create key: %+v %v", key, err)
+	}
+	anon, _ := client.New("http://"+addr, "")
+	bad, _ := client.New("http://"+addr, key.Key+"x")
+	good, _ := client.New("http://"+addr, key.Key)
+	if err := anon.Health(ctx); err != nil {
+		t.Fatalf("health without a key: %v", err)
+	}
+	_, err = anon.ListSandboxes(ctx, client.ListOptions{})
+	wantCode(t, "no key", err, http.StatusUnauthorized)
+	_, err = bad.ListSandboxes(ctx, client.ListOptions{})
+	wantCode(t, "wrong key", err, http.StatusUnauthorized)
+	sb, err := good.CreateSandbox(ctx, &api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatalf("create with a key: %v", err)
+	}
+	if res, err := good.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec with a key: %v", err)
+	}
+	_, err = good.CreateKey(ctx, "escalate")
+	wantCode(t, "key management over TCP", err, http.StatusForbidden)
+	keys, err := d.c.ListKeys(ctx)
+	if err != nil || len(keys) != 1 || keys[0].Key != "" {
+		t.Fatalf("list keys: %+v %v", keys, err)
+	}
+	if err := d.c.RevokeKey(ctx, key.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = good.ListSandboxes(ctx, client.ListOptions{})
+	wantCode(t, "revoked key", err, http.StatusUnauthorized)
+	// N10: the daemon's socket is not reachable from inside a sandbox.
+	out := d.sh(t, sb.ID, "ls "+d.sock+" 2>&1; echo; cat "+d.cfg+" 2>&1 | head -1")
+	if !strings.Contains(out, "No such file") {
+		t.Fatalf("daemon files visible inside: %q", out)
+	}
+}

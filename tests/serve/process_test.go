@@ -1,0 +1,262 @@
+//go:build linux
+
+package serve
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/client"
+)
+
+// counting prints lines 1..n to stdout and odd ones also to stderr, with
+// pauses, so a reader can disconnect half-way.
+func counting(n int, pause string) []string {
+	return []string{"sh", "-c", fmt.Sprintf(`i=1; while [ $i -le %d ]; do echo "out $i"; [ $((i%%2)) = 1 ] && echo "err $i" >&2; i=$((i+1)); sleep %s; done`, n, pause)}
+}
+
+func want(n int) (stdout, stderr string) {
+	var o, e strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&o, "out %d\n", i)
+		if i%2 == 1 {
+			fmt.Fprintf(&e, "err %d\n", i)
+		}
+	}
+	return o.String(), e.String()
+}
+
+// TestOutputReattach reads a process's output in pieces over several
+// connections (NDJSON and SSE alternately), each resuming at the cursor of
+// the last event read: the concatenation is exactly the output.
+func TestOutputReattach(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	p, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: counting(40, "0.02")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	cursor := ""
+	exited := false
+	for conn := 0; !exited; conn++ {
+		if conn > 200 {
+			t.Fatal("too many reconnects")
+		}
+		s, err := d.c.Output(ctx, sb.ID, p.ID, client.OutputOptions{Cursor: cursor, Follow: true, SSE: conn%2 == 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Read up to 3 events, then drop the connection.
+		for i := 0; i < 3; i++ {
+			ev, err := s.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch ev.Kind {
+			case api.EventStdout:
+				out.Write(ev.Data)
+			case api.EventStderr:
+				errb.Write(ev.Data)
+			case api.EventExit:
+				exited = true
+				if ev.ExitCode == nil || *ev.ExitCode != 0 {
+					t.Fatalf("exit event: %+v", ev)
+				}
+			case api.EventLost:
+				t.Fatalf("lost output: %+v", ev)
+			}
+			cursor = ev.Cursor
+			if exited {
+				break
+			}
+		}
+		s.Close()
+	}
+	wo, we := want(40)
+	if out.String() != wo || errb.String() != we {
+		t.Fatalf("reassembled output differs:\nstdout %q\nstderr %q", out.String(), errb.String())
+	}
+	// follow=false on a finished process gives everything and the exit.
+	s, err := d.c.Output(ctx, sb.ID, p.ID, client.OutputOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all bytes.Buffer
+	var last api.OutputEvent
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			break
+		}
+		if ev.Kind == api.EventStdout {
+			all.Write(ev.Data)
+		}
+		last = ev
+	}
+	if all.String() != wo || last.Kind != api.EventExit {
+		t.Fatalf("replay: %q, last %+v", all.String(), last)
+	}
+	// A cursor that is not one is a 400.
+	_, err = d.c.Output(ctx, sb.ID, p.ID, client.OutputOptions{Cursor: "12;DROP"})
+	wantCode(t, "bad cursor", err, http.StatusBadRequest)
+}
+
+// TestExec covers run-and-wait: status, output, stdin, timeouts, caps and
+// no shell interpolation.
+func TestExec(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}})
+	if err != nil || res.ExitCode != 7 || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" || res.ProcessID == "" {
+		t.Fatalf("exec: %+v %v", res, err)
+	}
+	// A7: argv is not interpolated by a shell.
+	res, err = d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"echo", ";$(id)", "`id`"}})
+	if err != nil || string(res.Stdout) != ";$(id) `id`\n" {
+		t.Fatalf("interpolation: %q %v", res.Stdout, err)
+	}
+	// stdin.
+	res, err = d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"wc", "-c"}, Stdin: bytes.Repeat([]byte("x"), 100000)})
+	if err != nil || strings.TrimSpace(string(res.Stdout)) != "100000" {
+		t.Fatalf("stdin: %q %v", res.Stdout, err)
+	}
+	// Per-command env and cwd.
+	res, err = d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "echo $X; pwd"}, Env: map[string]string{"X": "y"}, Cwd: "/tmp"})
+	if err != nil || string(res.Stdout) != "y\n/tmp\n" {
+		t.Fatalf("env/cwd: %q %v", res.Stdout, err)
+	}
+	// Timeout: killed, reported.
+	start := time.Now()
+	res, err = d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sleep", "60"}, TimeoutSeconds: 0.5})
+	if err != nil || !res.TimedOut || res.Signal != 9 || time.Since(start) > 30*time.Second {
+		t.Fatalf("timeout: %+v %v", res, err)
+	}
+	// Output cap with a marker; the control (no cap) gets everything.
+	res, err = d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"head", "-c", "300000", "/dev/zero"}, MaxOutputBytes: 1000})
+	if err != nil || !res.StdoutTruncated || !bytes.HasPrefix(res.Stdout, make([]byte, 1000)) || !bytes.Contains(res.Stdout, []byte("299000 more bytes")) {
+		t.Fatalf("cap: truncated=%v len=%d tail=%q %v", res.StdoutTruncated, len(res.Stdout), res.Stdout[min(1000, len(res.Stdout)):], err)
+	}
+	res, err = d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"head", "-c", "300000", "/dev/zero"}})
+	if err != nil || res.StdoutTruncated || len(res.Stdout) != 300000 {
+		t.Fatalf("uncapped: %d %v", len(res.Stdout), err)
+	}
+	// Bad parameters: clear 4xx, nothing started.
+	before, _ := d.c.ListProcesses(ctx, sb.ID)
+	for name, req := range map[string]*api.ExecRequest{
+		"empty argv":        {},
+		"empty argv[0]":     {Argv: []string{""}},
+		"NUL in argv":       {Argv: []string{"echo", "a\x00b"}},
+		"negative timeout":  {Argv: []string{"true"}, TimeoutSeconds: -1},
+		"cwd in /proc":      {Argv: []string{"true"}, Cwd: "/proc/self/fd/7"},
+		"bad env name":      {Argv: []string{"true"}, Env: map[string]string{"A=B": "c"}},
+		"negative max out":  {Argv: []string{"true"}, MaxOutputBytes: -5},
+		"missing command":   {Argv: []string{"/no/such/cmd"}},
+		"missing directory": {Argv: []string{"true"}, Cwd: "/no/such/dir"},
+	} {
+		_, err := d.c.Exec(ctx, sb.ID, req)
+		wantCode(t, name, err, http.StatusBadRequest)
+	}
+	_, err = d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}, Stdin: make([]byte, 17<<20)})
+	wantCode(t, "huge stdin", err, http.StatusRequestEntityTooLarge)
+	after, _ := d.c.ListProcesses(ctx, sb.ID)
+	if len(after) != len(before) {
+		t.Fatalf("rejected requests started processes: %d -> %d", len(before), len(after))
+	}
+}
+
+// TestBackgroundProcess: start, list, stdin, signal, wait.
+func TestBackgroundProcess(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	cat, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"cat"}})
+	if err != nil || cat.State != api.ProcessRunning {
+		t.Fatalf("start: %+v %v", cat, err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := d.c.WriteStdin(ctx, sb.ID, cat.ID, strings.NewReader(fmt.Sprintf("chunk %d\n", i)), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.c.CloseStdin(ctx, sb.ID, cat.ID); err != nil {
+		t.Fatal(err)
+	}
+	done, err := d.c.WaitProcess(ctx, sb.ID, cat.ID, 30*time.Second)
+	if err != nil || done.State != api.ProcessExited || done.ExitCode == nil || *done.ExitCode != 0 {
+		t.Fatalf("wait cat: %+v %v", done, err)
+	}
+	var out bytes.Buffer
+	if err := d.c.FollowOutput(ctx, sb.ID, cat.ID, "", func(ev api.OutputEvent) error {
+		if ev.Kind == api.EventStdout {
+			out.Write(ev.Data)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "chunk 0\nchunk 1\nchunk 2\n" {
+		t.Fatalf("cat output %q", out.String())
+	}
+	err = d.c.WriteStdin(ctx, sb.ID, cat.ID, strings.NewReader("late"), false)
+	wantCode(t, "stdin of an exited process", err, http.StatusConflict)
+
+	sl, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.c.Signal(ctx, sb.ID, sl.ID, "NOPE")
+	wantCode(t, "bad signal", err, http.StatusBadRequest)
+	if err := d.c.Signal(ctx, sb.ID, sl.ID, "TERM"); err != nil {
+		t.Fatal(err)
+	}
+	done, err = d.c.WaitProcess(ctx, sb.ID, sl.ID, 30*time.Second)
+	if err != nil || done.Signal != 15 {
+		t.Fatalf("signalled: %+v %v", done, err)
+	}
+	procs, err := d.c.ListProcesses(ctx, sb.ID)
+	if err != nil || len(procs) != 2 || procs[0].ID != cat.ID || procs[1].ID != sl.ID {
+		t.Fatalf("list: %+v %v", procs, err)
+	}
+	_, err = d.c.GetProcess(ctx, sb.ID, "p999")
+	wantCode(t, "unknown process", err, http.StatusNotFound)
+}
+
+// TestPTY runs a shell on a terminal over the WebSocket.
+func TestPTY(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	s, err := d.c.PTY(ctx, sb.ID, api.PTYStart{ExecRequest: api.ExecRequest{Argv: []string{"sh"}}, Rows: 24, Cols: 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Resize(120, 40); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(s, "stty size; tty; echo $((6*7))x; exit 3\n")
+	var out bytes.Buffer
+	got := make(chan struct{})
+	go func() { io.Copy(&out, s); close(got) }()
+	exit, err := s.Wait()
+	<-got
+	if err != nil || exit.ExitCode != 3 {
+		t.Fatalf("pty exit: %+v %v (output %q)", exit, err, out.String())
+	}
+	o := out.String()
+	if !strings.Contains(o, "40 120") || !strings.Contains(o, "/dev/pts/") || !strings.Contains(o, "42x") {
+		t.Fatalf("pty output %q", o)
+	}
+}
