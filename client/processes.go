@@ -424,7 +424,7 @@ func (c *Client) FollowOutput(ctx context.Context, id, pid, cursor string, fn fu
 		attempts++
 		left := followWindow - time.Since(since)
 		if attempts > followAttempts || left <= 0 {
-			return fmt.Errorf("airlock: output of process %s: gave up after %d attempts to reconnect: %w", pid, attempts, err)
+			return fmt.Errorf("airlock: output of process %s: gave up reconnecting after %d failures: %w", pid, attempts, err)
 		}
 		delay := min(100*time.Millisecond<<min(attempts-1, 5), 2*time.Second)
 		var ae *Error

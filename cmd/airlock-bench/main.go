@@ -165,6 +165,9 @@ type report struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		os.Exit(runServe(os.Args[2:]))
+	}
 	n := flag.Int("n", 100, fmt.Sprintf("runs of each configuration (at least %d advised)", minRuns))
 	airlockPath := flag.String("airlock", "./bin/airlock", "airlock binary to measure")
 	bwrapPath := flag.String("bwrap", "bwrap", "bubblewrap binary to compare against (looked up in PATH)")

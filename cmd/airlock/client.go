@@ -52,10 +52,6 @@ func apiFail(cmd *cobra.Command, c *client.Client, what string, err error) error
 
 // describe turns an error of the client into a message for people.
 func describe(c *client.Client, err error) string {
-	var ae *client.Error
-	if errors.As(err, &ae) {
-		return strings.TrimPrefix(ae.Error(), "airlock: ")
-	}
 	if c != nil && isUnreachable(err) {
 		inner := err
 		var ue *url.Error
@@ -67,7 +63,8 @@ func describe(c *client.Client, err error) string {
 		}
 		return fmt.Sprintf("cannot reach the airlock daemon at %s: %v", c.Host(), inner)
 	}
-	return strings.TrimPrefix(err.Error(), "airlock: ")
+	// The SDK's errors start with "airlock: ", and so does the line.
+	return strings.ReplaceAll(strings.TrimPrefix(err.Error(), "airlock: "), ": airlock: ", ": ")
 }
 
 // isUnreachable reports whether err says nothing listens where the daemon

@@ -248,7 +248,12 @@ func execTTY(cmd *cobra.Command, c *client.Client, id string, req *api.ExecReque
 			defer restore()
 		}
 	}
-	go io.Copy(s, os.Stdin)
+	go func() {
+		if _, err := io.Copy(s, os.Stdin); err == nil && !isTerm {
+			// End of piped input: what a terminal sends for end-of-file.
+			s.Write([]byte{4})
+		}
+	}()
 	copied := make(chan struct{})
 	go func() { defer close(copied); io.Copy(cmd.OutOrStdout(), s) }()
 
@@ -281,7 +286,7 @@ func execTTY(cmd *cobra.Command, c *client.Client, id string, req *api.ExecReque
 				if r.exit.Error != "" {
 					// The command could not run.
 					fmt.Fprintf(stderr, "airlock: exec: %s\n", r.exit.Error)
-					if code := ptyCode(r.exit); code != 0 {
+					if code := ptyCode(r.exit); code > 0 && code < 256 {
 						return exitError{code}
 					}
 					return exitError{exitNotExec}

@@ -24,6 +24,10 @@ type pool struct {
 	refill  chan struct{} // a nudge for the filler
 }
 
+// refillDelay is how long a pool waits after handing out a member before
+// it starts making the replacement.
+const refillDelay = 50 * time.Millisecond
+
 func poolKey(image, policy string) string {
 	if policy == "" {
 		policy = "default"
@@ -77,6 +81,13 @@ func (m *Manager) fill(pl *pool) {
 		case <-m.ctx.Done():
 			return
 		case <-pl.refill:
+			// Let the caller that took a member run its first command
+			// before the refill competes with it for the CPU.
+			select {
+			case <-time.After(refillDelay):
+			case <-m.ctx.Done():
+				return
+			}
 		case <-retry.C:
 		case <-check.C:
 			m.checkPool(pl)

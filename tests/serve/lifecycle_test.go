@@ -18,9 +18,9 @@ func TestSandboxLifecycle(t *testing.T) {
 	d := startDaemon(t, "")
 	ctx := ctxT(t)
 	sb := d.create(t, &api.CreateSandboxRequest{
-		Labels: map[string]string{"team": "a", "run": "1"},
-		Env:    map[string]string{"GREETING": "hello"},
-		Files:  []api.File{{Path: "src/main.py", Content: []byte("print('hi')\n"), Mode: 0o600}, {Path: "/tmp/abs.txt", Content: []byte("abs")}},
+		Labels:         map[string]string{"team": "a", "run": "1"},
+		Env:            map[string]string{"GREETING": "hello"},
+		Files:          []api.File{{Path: "src/main.py", Content: []byte("print('hi')\n"), Mode: 0o600}, {Path: "/tmp/abs.txt", Content: []byte("abs")}},
 		TimeoutSeconds: 600,
 	})
 	if sb.State != api.StateRunning || !strings.HasPrefix(sb.ID, "sb-") || sb.ExpiresAt == nil {

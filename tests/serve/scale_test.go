@@ -241,4 +241,3 @@ func countCgroups() int {
 	})
 	return n
 }
-

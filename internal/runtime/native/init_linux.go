@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	goruntime "runtime"
-	"time"
 
 	"golang.org/x/sys/unix"
 

@@ -1,0 +1,306 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	goruntime "runtime"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/client"
+)
+
+// runServe measures `airlock serve` through the Go SDK, against a daemon it
+// starts with its own directories: create->first exec from a warm pool and
+// cold, the exec round trip, sustained create+exec+destroy throughput, and
+// memory per idle sandbox. One-shot `airlock run` and bubblewrap rows,
+// measured in the same run, put the numbers in context.
+func runServe(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	n := fs.Int("n", 100, "samples of each latency")
+	airlockPath := fs.String("airlock", "./bin/airlock", "airlock binary")
+	bwrapPath := fs.String("bwrap", "bwrap", "bubblewrap binary for the reference row")
+	idle := fs.Int("idle", 200, "idle sandboxes for the memory measurement")
+	dur := fs.Duration("duration", 10*time.Second, "length of the throughput run")
+	workers := fs.Int("workers", 4, "concurrent clients in the throughput run")
+	fs.Parse(args)
+	al, err := filepath.Abs(*airlockPath)
+	if err != nil {
+		logf("%v", err)
+		return 2
+	}
+	dir, err := os.MkdirTemp("", "airlock-bench-serve-")
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o711)
+	const poolSize = 8
+	empty := filepath.Join(dir, "cold.yaml")
+	os.WriteFile(empty, []byte("{}\n"), 0o644)
+	sock := filepath.Join(dir, "airlock.sock")
+	cfg := fmt.Sprintf("socket: %s\ndata_dir: %s\nstate_dir: %s\nlog_level: warn\nmax_sandboxes: %d\nmax_creating: 4\npolicies:\n  cold: %s\npools:\n  - policy: default\n    size: %d\n",
+		sock, filepath.Join(dir, "data"), filepath.Join(dir, "state"), *idle+poolSize+16, empty, poolSize)
+	cfgFile := filepath.Join(dir, "config.yaml")
+	os.WriteFile(cfgFile, []byte(cfg), 0o600)
+	var dlog bytes.Buffer
+	daemon := exec.Command(al, "serve", "--config", cfgFile)
+	daemon.Stderr = &dlog
+	if err := daemon.Start(); err != nil {
+		logf("start daemon: %v", err)
+		return 1
+	}
+	defer func() {
+		daemon.Process.Signal(syscall.SIGTERM)
+		daemon.Wait()
+	}()
+	c, _ := client.New("unix://"+sock, "")
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		if c.Ready(ctx) == nil {
+			break
+		}
+		if i > 500 {
+			logf("daemon not ready:\n%s", dlog.String())
+			return 1
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	poolReady := func() float64 { return metric(sock, `airlock_pool_ready{image="",policy="default"}`) }
+	waitPool := func() {
+		for i := 0; i < 500 && poolReady() < poolSize; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	fail := func(what string, err error) int {
+		logf("%s: %v\n%s", what, err, dlog.String())
+		return 1
+	}
+	createExec := func(policy string) (float64, string, error) {
+		t0 := time.Now()
+		sb, err := c.CreateSandbox(ctx, &api.CreateSandboxRequest{PolicyName: policy})
+		if err != nil {
+			return 0, "", err
+		}
+		res, err := c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}})
+		d := float64(time.Since(t0).Microseconds()) / 1000
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("true exited %d", res.ExitCode)
+		}
+		return d, sb.ID, err
+	}
+	// Latencies, interleaved: warm, cold, one-shot airlock run, bwrap.
+	var warm, cold, oneshot, bw, rtt []float64
+	r := &runner{}
+	r.errf, _ = os.CreateTemp(dir, "stderr")
+	bwOK := true
+	if _, err := exec.LookPath(*bwrapPath); err != nil {
+		bwOK = false
+	}
+	bwArgv := []string{*bwrapPath, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev", "/bin/true"}
+	for i := -1; i < *n; i++ {
+		waitPool()
+		d, id, err := createExec("")
+		if err != nil {
+			return fail("warm create+exec", err)
+		}
+		c.DeleteSandbox(ctx, id)
+		d2, id2, err := createExec("cold")
+		if err != nil {
+			return fail("cold create+exec", err)
+		}
+		c.DeleteSandbox(ctx, id2)
+		d3, _, err := r.run([]string{al, "run", "--", "/bin/true"})
+		if err != nil {
+			return fail("airlock run", err)
+		}
+		var d4 float64
+		if bwOK {
+			if d4, _, err = r.run(bwArgv); err != nil {
+				bwOK = false
+			}
+		}
+		if i >= 0 { // the first round warms caches
+			warm, cold, oneshot = append(warm, d), append(cold, d2), append(oneshot, d3)
+			if bwOK {
+				bw = append(bw, d4)
+			}
+		}
+	}
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandboxRequest{PolicyName: "cold"})
+	if err != nil {
+		return fail("create", err)
+	}
+	for i := -5; i < *n*5; i++ {
+		t0 := time.Now()
+		if _, err := c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}}); err != nil {
+			return fail("exec", err)
+		}
+		if i >= 0 {
+			rtt = append(rtt, float64(time.Since(t0).Microseconds())/1000)
+		}
+	}
+	c.DeleteSandbox(ctx, sb.ID)
+
+	// Throughput: workers loop create+exec+destroy for the duration.
+	tput := func(policy string) (float64, error) {
+		var done atomic.Int64
+		var firstErr atomic.Value
+		stop := time.Now().Add(*dur)
+		var wg sync.WaitGroup
+		for w := 0; w < *workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(stop) {
+					_, id, err := createExec(policy)
+					if err == nil {
+						err = c.DeleteSandbox(ctx, id)
+					}
+					if err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+					done.Add(1)
+				}
+			}()
+		}
+		t0 := time.Now()
+		wg.Wait()
+		if e, _ := firstErr.Load().(error); e != nil {
+			return 0, e
+		}
+		return float64(done.Load()) / time.Since(t0).Seconds(), nil
+	}
+	tCold, err := tput("cold")
+	if err != nil {
+		return fail("throughput (cold)", err)
+	}
+	waitPool()
+	tWarm, err := tput("")
+	if err != nil {
+		return fail("throughput (pool)", err)
+	}
+
+	// Memory per idle sandbox.
+	waitPool()
+	time.Sleep(time.Second)
+	avail0, rss0 := memAvailable(), rss(daemon.Process.Pid)
+	ids := make([]string, 0, *idle)
+	for i := 0; i < *idle; i++ {
+		s, err := c.CreateSandbox(ctx, &api.CreateSandboxRequest{PolicyName: "cold"})
+		if err != nil {
+			return fail("idle sandboxes", err)
+		}
+		ids = append(ids, s.ID)
+	}
+	time.Sleep(2 * time.Second)
+	avail1, rss1 := memAvailable(), rss(daemon.Process.Pid)
+	pss := agentsPss(filepath.Join(dir, "state"))
+	for _, id := range ids {
+		c.DeleteSandbox(ctx, id)
+	}
+	perSandbox := float64(avail0-avail1) / float64(*idle) / 1024
+	daemonPer := float64(rss1-rss0) / float64(*idle) / 1024
+	agentPer := pss / float64(max(len(ids), 1)) / 1024
+
+	fmt.Printf("airlock serve benchmark: %d samples per latency row, %d CPUs, kernel %s\n\n", *n, goruntime.NumCPU(), kernel())
+	fmt.Printf("%-48s %10s %10s %10s %s\n", "", "median", "p95", "min", "target")
+	row := func(name string, xs []float64, target string) {
+		if len(xs) == 0 {
+			fmt.Printf("%-48s %10s\n", name, "n/a")
+			return
+		}
+		s := summarize(xs)
+		fmt.Printf("%-48s %10s %10s %10s %s\n", name, ms(s.Median), ms(s.P95), ms(s.Min), target)
+	}
+	row("create -> first exec, warm pool (SDK)", warm, "p50 <= 5 ms")
+	row("create -> first exec, cold (SDK)", cold, "p50 <= 30 ms")
+	row("exec round trip of true, running sandbox (SDK)", rtt, "p50 <= 2 ms")
+	row("reference: airlock run -- /bin/true (one-shot)", oneshot, "")
+	row("reference: bwrap --unshare-all /bin/true", bw, "")
+	fmt.Println()
+	fmt.Printf("%-48s %10.1f /s   (%d clients, %v)   target >= 50/s\n", "create+exec+destroy, cold", tCold, *workers, *dur)
+	fmt.Printf("%-48s %10.1f /s   (pool of %d refilling)\n", "create+exec+destroy, pool policy", tWarm, poolSize)
+	fmt.Println()
+	fmt.Printf("memory per idle sandbox over %d sandboxes:\n", *idle)
+	fmt.Printf("  host total (MemAvailable drop / n)           %8.2f MiB   target <= 2 MiB\n", perSandbox)
+	fmt.Printf("  of which daemon RSS growth / n               %8.2f MiB\n", daemonPer)
+	fmt.Printf("  of which agent (PID 1) PSS, mean             %8.2f MiB\n", agentPer)
+	if len(warm) > 0 && len(bw) > 0 {
+		fmt.Printf("\nratios (median): warm create+exec / bwrap = %.2f; cold / bwrap = %.2f; one-shot run / warm = %.2f\n",
+			median(sorted(warm))/median(sorted(bw)), median(sorted(cold))/median(sorted(bw)), median(sorted(oneshot))/median(sorted(warm)))
+	}
+	return 0
+}
+
+// metric reads one sample from the daemon's /metrics.
+func metric(sock, series string) float64 {
+	out, err := exec.Command("curl", "-s", "--unix-socket", sock, "http://airlock/metrics").Output()
+	if err != nil {
+		return 0
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return f
+		}
+	}
+	return 0
+}
+
+// memAvailable is MemAvailable in KiB.
+func memAvailable() int64 { return meminfo("/proc/meminfo", "MemAvailable:") }
+
+// rss is a process's resident set in KiB.
+func rss(pid int) int64 { return meminfo(fmt.Sprintf("/proc/%d/status", pid), "VmRSS:") }
+
+func meminfo(file, key string) int64 {
+	b, _ := os.ReadFile(file)
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, key); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// agentsPss sums the proportional set size (KiB) of every sandbox init
+// under the state directory.
+func agentsPss(stateDir string) float64 {
+	entries, _ := os.ReadDir(stateDir)
+	var total float64
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(stateDir, e.Name(), "state.json"))
+		if err != nil {
+			continue
+		}
+		var st struct {
+			Init int `json:"init"`
+		}
+		if json.Unmarshal(b, &st) != nil || st.Init <= 0 {
+			continue
+		}
+		total += float64(meminfo(fmt.Sprintf("/proc/%d/smaps_rollup", st.Init), "Pss:"))
+	}
+	return total
+}
