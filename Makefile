@@ -2,7 +2,7 @@
 export CGO_ENABLED := 0
 GO ?= go
 
-.PHONY: build test unit e2e bench fmt vet lint clean
+.PHONY: build test unit e2e bench bench-serve serve fmt vet lint clean
 
 build:
 	$(GO) build -trimpath -o bin/airlock ./cmd/airlock
@@ -19,6 +19,14 @@ vet:
 
 bench: build
 	$(GO) run ./cmd/airlock-bench -n 100
+
+# The service: latencies through the SDK, throughput, memory per idle sandbox.
+bench-serve: build
+	$(GO) run ./cmd/airlock-bench serve -n 100 -idle 200
+
+# Run the daemon from the checkout (as root: /run/airlock/airlock.sock).
+serve: build
+	./bin/airlock serve
 
 clean:
 	rm -rf bin

@@ -7,6 +7,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -250,10 +253,15 @@ func runServe(args []string) int {
 
 // metric reads one sample from the daemon's /metrics.
 func metric(sock, series string) float64 {
-	out, err := exec.Command("curl", "-s", "--unix-socket", sock, "http://airlock/metrics").Output()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := hc.Get("http://airlock/metrics")
 	if err != nil {
 		return 0
 	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		if rest, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
