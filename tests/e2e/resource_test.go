@@ -298,8 +298,8 @@ func TestR13EarlyKillSwept(t *testing.T) {
 	root := "/run/airlock"
 	// A state directory as a supervisor that died leaves it: its owner
 	// pid is not alive. The control is a directory whose owner is alive.
-	dead := filepath.Join(root, "e2e-dead-owner")
-	live := filepath.Join(root, "e2e-live-owner")
+	dead := filepath.Join(root, "0e2edeadbeef0000") // a sandbox id: the sweep considers nothing else
+	live := filepath.Join(root, "0e2e000000000001")
 	for dir, owner := range map[string]string{dead: `{"owner": 2147483000, "owner_start": "1"}`, live: ownerJSON(t)} {
 		if err := os.MkdirAll(dir, 0o711); err != nil {
 			t.Fatal(err)
