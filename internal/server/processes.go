@@ -149,6 +149,19 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) error {
 		return rc.Flush()
 	}
 	err = s.m.Output(r.Context(), id, pid, cur, follow, emit)
+	if err != nil && started && r.Context().Err() == nil {
+		// The status went out already: the error is the stream's last
+		// line, in the one error shape, so the client can tell it from an
+		// end.
+		b, _ := json.Marshal(api.Error{Err: api.ErrorBody{Code: api.CodeInternal, Message: err.Error()}})
+		if sse {
+			w.Write([]byte("event: error\ndata: " + string(b) + "\n\n"))
+		} else {
+			w.Write(append(b, '\n'))
+		}
+		rc.Flush()
+		return err
+	}
 	if err == nil && !started {
 		// Nothing new and the process still runs (follow=false).
 		if sse {
