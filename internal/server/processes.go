@@ -58,11 +58,7 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) error {
-	id, err := sandboxID(r)
-	if err != nil {
-		return err
-	}
-	pid, err := processID(r)
+	id, pid, err := processIDs(r)
 	if err != nil {
 		return err
 	}
@@ -74,11 +70,7 @@ func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) error {
-	id, err := sandboxID(r)
-	if err != nil {
-		return err
-	}
-	pid, err := processID(r)
+	id, pid, err := processIDs(r)
 	if err != nil {
 		return err
 	}
@@ -95,11 +87,7 @@ func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) error {
 
 // processOutput streams output events as NDJSON or Server-Sent Events.
 func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) error {
-	id, err := sandboxID(r)
-	if err != nil {
-		return err
-	}
-	pid, err := processID(r)
+	id, pid, err := processIDs(r)
 	if err != nil {
 		return err
 	}
@@ -175,11 +163,7 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) writeStdin(w http.ResponseWriter, r *http.Request) error {
-	id, err := sandboxID(r)
-	if err != nil {
-		return err
-	}
-	pid, err := processID(r)
+	id, pid, err := processIDs(r)
 	if err != nil {
 		return err
 	}
@@ -195,11 +179,7 @@ func (s *Server) writeStdin(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) error {
-	id, err := sandboxID(r)
-	if err != nil {
-		return err
-	}
-	pid, err := processID(r)
+	id, pid, err := processIDs(r)
 	if err != nil {
 		return err
 	}

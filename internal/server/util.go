@@ -72,6 +72,15 @@ func processID(r *http.Request) (string, error) {
 	return pid, nil
 }
 
+// processIDs returns the {id} and {pid} path values.
+func processIDs(r *http.Request) (id, pid string, err error) {
+	if id, err = sandboxID(r); err != nil {
+		return "", "", err
+	}
+	pid, err = processID(r)
+	return id, pid, err
+}
+
 // boolParam parses an optional boolean query parameter.
 func boolParam(r *http.Request, name string, def bool) (bool, error) {
 	v := r.URL.Query().Get(name)
