@@ -165,6 +165,13 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	sb.mu.Lock()
+	creating := sb.rec.State == api.StateCreating && !sb.ending
+	sb.mu.Unlock()
+	if creating {
+		// Its creation owns it until it is running or gone.
+		return conflict("sandbox %s is still being created; delete it once it is running", id)
+	}
 	return m.destroy(ctx, sb, api.StateStopped, "deleted", true)
 }
 
