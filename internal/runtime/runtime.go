@@ -11,6 +11,7 @@ package runtime
 import (
 	"context"
 	"io"
+	"net"
 	"os"
 	"time"
 
@@ -171,6 +172,12 @@ type Spec struct {
 	Limits  Limits
 	Seccomp []SockFilter // compiled filter, required unless Insecure.NoSeccomp
 
+	// Listen lists TCP addresses ("127.0.0.1:3128") to listen on inside the
+	// sandbox's network namespace. The listening sockets are handed to the
+	// caller (Listeners) and not kept by anything inside the sandbox: what
+	// connects to them reaches the caller, e.g. the egress gateway.
+	Listen []string
+
 	Insecure Insecure
 	// CgroupParent overrides where the sandbox's cgroup is created.
 	CgroupParent string
@@ -227,6 +234,12 @@ type Info struct {
 type Pauser interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
+}
+
+// Listeners is implemented by sandboxes created with Spec.Listen: the
+// listening sockets, in the order of Spec.Listen. The caller serves them.
+type Listeners interface {
+	Listeners() []net.Listener
 }
 
 // Watcher is implemented by sandboxes that report the end of their agent:

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	goruntime "runtime"
 	"time"
@@ -63,9 +64,14 @@ func InitMain() {
 		conn.Send(&agent.Message{Type: agent.TypeError, Error: &agent.Error{Layer: layer, Message: err.Error()}})
 		os.Exit(1)
 	}
-	if err := conn.Send(&agent.Message{Type: agent.TypeReady, Ready: ready}); err != nil {
+	if err := conn.Send(&agent.Message{Type: agent.TypeReady, Ready: ready}, handedOut...); err != nil {
 		os.Exit(1)
 	}
+	// The supervisor holds the listeners now; nothing in here keeps them.
+	for _, fd := range handedOut {
+		unix.Close(fd)
+	}
+	handedOut = nil
 	agent.NewServer(conn, listener).Serve()
 	os.Exit(0)
 }
@@ -126,6 +132,13 @@ func initSandboxSteps(conn *agent.Conn) (_ *agent.Ready, listener *os.File, _ er
 	}
 	if err := loopbackUp(); err != nil {
 		return nil, nil, inLayer(layerNamespaces, fmt.Errorf("bring up loopback: %w", err))
+	}
+	for _, addr := range s.Listen {
+		fd, err := listenTCP(addr)
+		if err != nil {
+			return nil, nil, inLayer(layerNamespaces, fmt.Errorf("listen on %s inside the sandbox: %w", addr, err))
+		}
+		handedOut = append(handedOut, fd)
 	}
 	step("namespaces", t0)
 
@@ -193,4 +206,36 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// handedOut are the listening sockets (Spec.Listen) that go to the
+// supervisor with the ready message.
+var handedOut []int
+
+// listenTCP makes a listening TCP socket on addr ("127.0.0.1:3128") in
+// this network namespace.
+func listenTCP(addr string) (int, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return -1, err
+	}
+	family := unix.AF_INET6
+	var sa unix.Sockaddr = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+	if ap.Addr().Is4() {
+		family = unix.AF_INET
+		sa = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if err := unix.Listen(fd, 128); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }

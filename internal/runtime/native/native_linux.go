@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -285,6 +286,10 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	if err != nil {
 		return nil, err
 	}
+	cu.add(sb.closeListeners)
+	if len(sb.listeners) != len(spec.Listen) {
+		return nil, &LayerError{Layer: layerNamespaces, Err: fmt.Errorf("asked for %d listeners inside the sandbox, got %d", len(spec.Listen), len(sb.listeners))}
+	}
 	steps["setup"] = time.Since(t0)
 	for k, v := range ready.Steps {
 		steps["init."+k] = time.Duration(v)
@@ -320,6 +325,7 @@ func (sb *sandbox) buildSetup(spec *runtime.Spec, root string, pid int, idmapWor
 		Disk: orDefault(spec.Limits.Disk, defaultDisk), Tmp: orDefault(spec.Limits.Tmp, defaultTmp), Shm: orDefault(spec.Limits.Shm, defaultShm),
 		NoFile: spec.Limits.NoFile, FileSize: spec.Limits.FileSize,
 		Seccomp: spec.Seccomp, NoSeccomp: spec.Insecure.NoSeccomp, NoLandlock: spec.Insecure.NoLandlock,
+		Listen: spec.Listen,
 	}
 	if !sb.tempWorkspace {
 		st.Protected = spec.Protected
@@ -400,7 +406,24 @@ var devNull = sync.OnceValue(func() *os.File {
 })
 
 func (sb *sandbox) awaitReady(ctx context.Context) (*agent.Ready, error) {
-	m, err := sb.recvOne(ctx, setupTimeout)
+	m, files, err := sb.recvOneFiles(ctx, setupTimeout)
+	if err == nil && m.Type == agent.TypeReady && len(files) > 0 {
+		// The listening sockets the init bound inside the sandbox's
+		// network namespace (Spec.Listen), in order.
+		for _, f := range files {
+			l, lerr := net.FileListener(f)
+			f.Close()
+			if lerr != nil {
+				sb.closeListeners()
+				return nil, fmt.Errorf("listener from the sandbox: %w", lerr)
+			}
+			sb.listeners = append(sb.listeners, l)
+		}
+	} else {
+		for _, f := range files {
+			f.Close()
+		}
+	}
 	if errors.Is(err, errRecvTimeout) {
 		return nil, fmt.Errorf("sandbox init did not finish setup within %s", setupTimeout)
 	}
@@ -428,27 +451,49 @@ var errRecvTimeout = errors.New("no answer in time")
 // recvOne reads one message before readLoop runs (setup, adoption), bounded
 // by ctx and timeout; descriptors that come with it are closed.
 func (sb *sandbox) recvOne(ctx context.Context, timeout time.Duration) (*agent.Message, error) {
+	m, files, err := sb.recvOneFiles(ctx, timeout)
+	for _, f := range files {
+		f.Close()
+	}
+	return m, err
+}
+
+// recvOneFiles is recvOne keeping the descriptors that came with the
+// message.
+func (sb *sandbox) recvOneFiles(ctx context.Context, timeout time.Duration) (*agent.Message, []*os.File, error) {
 	type result struct {
-		m   *agent.Message
-		err error
+		m     *agent.Message
+		files []*os.File
+		err   error
 	}
 	ch := make(chan result, 1)
 	go func() {
 		m, files, err := sb.conn.Recv()
-		for _, f := range files {
-			f.Close()
-		}
-		ch <- result{m, err}
+		ch <- result{m, files, err}
 	}()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case res := <-ch:
-		return res.m, res.err
+		return res.m, res.files, res.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		go func() {
+			if res := <-ch; res.files != nil {
+				for _, f := range res.files {
+					f.Close()
+				}
+			}
+		}()
+		return nil, nil, ctx.Err()
 	case <-timer.C:
-		return nil, errRecvTimeout
+		go func() {
+			if res := <-ch; res.files != nil {
+				for _, f := range res.files {
+					f.Close()
+				}
+			}
+		}()
+		return nil, nil, errRecvTimeout
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +35,8 @@ type sandbox struct {
 	exited        chan struct{} // closed when the init has exited
 	swept         chan struct{} // closed when the sweep Create started is done
 	conn          *agent.Conn
+
+	listeners []net.Listener // Spec.Listen's sockets, served by the caller
 
 	reaperMu    sync.Mutex
 	reaperTimer *time.Timer
@@ -239,6 +242,7 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 			}
 			cancel()
 		}
+		sb.closeListeners()
 		removePlaceholders(sb.workspace, sb.placeholders)
 		if err := os.RemoveAll(sb.stateDir); err != nil {
 			errs = append(errs, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 
@@ -122,3 +123,16 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 
 // ID is the process's id in the agent (unique per sandbox, never reused).
 func (p *process) ID() uint64 { return p.id }
+
+var _ runtime.Listeners = (*sandbox)(nil)
+
+// Listeners implements runtime.Listeners.
+func (sb *sandbox) Listeners() []net.Listener { return sb.listeners }
+
+// closeListeners closes the listening sockets (at Destroy, or when setup
+// fails after they arrived).
+func (sb *sandbox) closeListeners() {
+	for _, l := range sb.listeners {
+		l.Close()
+	}
+}

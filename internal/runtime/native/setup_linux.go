@@ -38,6 +38,10 @@ type setup struct {
 	// ending the sandbox (for a daemon that restarts).
 	Detached bool `json:"detached,omitempty"`
 
+	// Listen: TCP addresses the init binds inside the sandbox's network
+	// namespace and hands to the supervisor with the ready message.
+	Listen []string `json:"listen,omitempty"`
+
 	Seccomp    []runtime.SockFilter `json:"seccomp,omitempty"`
 	NoSeccomp  bool                 `json:"no_seccomp,omitempty"`
 	NoLandlock bool                 `json:"no_landlock,omitempty"`
