@@ -46,7 +46,9 @@ func (p *Policy) Marshal() ([]byte, error) {
 		Deny []string `yaml:"deny,omitempty"`
 	}
 	type network struct {
-		Mode string `yaml:"mode,omitempty"`
+		Mode  string   `yaml:"mode,omitempty"`
+		Allow []string `yaml:"allow,omitempty"`
+		Deny  []string `yaml:"deny,omitempty"`
 	}
 	type file struct {
 		Image       string       `yaml:"image,omitempty"`
@@ -97,8 +99,8 @@ func (p *Policy) Marshal() ([]byte, error) {
 	if len(p.Seccomp.Deny) > 0 {
 		f.Seccomp = &sec{p.Seccomp.Deny}
 	}
-	if p.Network.Mode != "" {
-		f.Network = &network{p.Network.Mode}
+	if p.Network.Mode != "" || len(p.Network.Allow)+len(p.Network.Deny) > 0 {
+		f.Network = &network{p.Network.Mode, p.Network.Allow, p.Network.Deny}
 	}
 	return yaml.Marshal(&f)
 }

@@ -134,7 +134,7 @@ var (
 	resourceKeys   = []string{"memory", "swap", "pids", "cpu", "timeout", "disk", "tmp", "shm", "nofile", "fsize"}
 	environKeys    = []string{"set", "pass"}
 	seccompKeys    = []string{"deny"}
-	networkKeys    = []string{"mode"}
+	networkKeys    = []string{"mode", "allow", "deny"}
 )
 
 func (d *decoder) top(n *yaml.Node) error {
@@ -160,9 +160,23 @@ func (d *decoder) top(n *yaml.Node) error {
 				})
 			})
 		case "network":
-			err = d.mapping(v, key, networkKeys, func(k, _ string, v *yaml.Node) (err error) {
-				p.Network.Mode, err = d.str(v, k)
-				return err
+			err = d.mapping(v, key, networkKeys, func(k, name string, v *yaml.Node) (err error) {
+				switch name {
+				case "mode":
+					p.Network.Mode, err = d.str(v, k)
+					return err
+				case "allow", "deny":
+					dst := &p.Network.Allow
+					if name == "deny" {
+						dst = &p.Network.Deny
+					}
+					return d.list(v, k, func(k string, item *yaml.Node) error {
+						s, err := d.str(item, k)
+						*dst = append(*dst, s)
+						return err
+					})
+				}
+				return nil
 			})
 		}
 		return err

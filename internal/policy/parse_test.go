@@ -212,7 +212,7 @@ func TestParseErrors(t *testing.T) {
 		{"\nresources:\n  memory: 1G\n  swap: 0\n  pids: 5\n  cpu: 1\n  memroy: 1G", "agent.yaml:7: resources.memroy: unknown key (known: memory, swap, pids, cpu, timeout, disk, tmp, shm, nofile, fsize)"},
 		{"environment:\n  sett: {A: b}", "agent.yaml:2: environment.sett: unknown key (known: set, pass)"},
 		{"seccomp:\n  allow: [read]", "agent.yaml:2: seccomp.allow: unknown key (known: deny)"},
-		{"network:\n  mode: none\n  allow: [example.com]", "agent.yaml:3: network.allow: unknown key (known: mode)"},
+		{"network:\n  mode: none\n  allowed: [example.com]", "agent.yaml:3: network.allowed: unknown key (known: mode, allow, deny)"},
 		{"? |\n  multi\n  line\n: 1", `agent.yaml:1: "multi\nline\n": unknown key`},
 		{"environment:\n  set:\n    \"A\\nB\": 1\n    \"A\\nB\": 2", `agent.yaml:4: environment.set."A\nB": duplicate key`},
 		{"a: &x {b: 1}\n<<: *x", "agent.yaml:1: a: unknown key"},
@@ -271,8 +271,9 @@ func TestParseErrors(t *testing.T) {
 		{"resources:\n  timeout: -1s", `agent.yaml:2: resources.timeout: invalid duration "-1s": must not be negative`},
 
 		// network
-		{"network:\n  mode: allowlist", `agent.yaml:2: network.mode: "allowlist" is not available yet: the egress gateway is not implemented`},
-		{"network:\n  mode: open", `agent.yaml:2: network.mode: "open" is not available yet`},
+		{"network:\n  mode: allowlist\n  allow: ['*.com']", `agent.yaml:3: network.allow[0]: egress rule "*.com"`},
+		{"network:\n  mode: open\n  deny: ['a.com:0']", `agent.yaml:3: network.deny[0]: egress rule "a.com:0"`},
+		{"network:\n  allow: ['@nope']", `agent.yaml:2: network.allow[0]: egress rule "@nope": unknown preset`},
 		{"network:\n  mode: host", `agent.yaml:2: network.mode: unknown mode "host" (known: none, allowlist, open)`},
 
 		// bind mode and paths

@@ -99,16 +99,20 @@ type Seccomp struct {
 
 // Network describes the sandbox's network access.
 type Network struct {
-	// Mode is NetworkNone or "" (which means NetworkNone). Other modes are
-	// rejected by Validate until the egress gateway exists.
+	// Mode is NetworkNone (or "", the same), NetworkAllowlist or
+	// NetworkOpen. Outside "none", traffic goes through the egress gateway.
 	Mode string
+	// Allow and Deny are egress rules: HOST[:PORT] with *.domain
+	// wildcards, IP literals and CIDRs, or @preset names (Allow only).
+	// Deny wins.
+	Allow, Deny []string
 }
 
 // Network modes.
 const (
 	NetworkNone      = "none"      // no network at all (loopback only)
-	NetworkAllowlist = "allowlist" // not available yet
-	NetworkOpen      = "open"      // not available yet
+	NetworkAllowlist = "allowlist" // only what Allow names, through the egress gateway
+	NetworkOpen      = "open"      // anything public but what Deny names, through the gateway
 )
 
 // Defaults used when a Resources field is 0.

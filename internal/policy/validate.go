@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/airlock-dev/airlock/internal/egress/rules"
 	"github.com/airlock-dev/airlock/internal/seccomp"
 )
 
@@ -287,11 +288,24 @@ func (p *Policy) validateSeccomp() error {
 }
 
 func (p *Policy) validateNetwork() error {
-	switch p.Network.Mode {
-	case "", NetworkNone:
-		return nil
-	case NetworkAllowlist, NetworkOpen:
-		return p.errAt("network.mode", "%q is not available yet: the egress gateway is not implemented in this version (only \"none\" is accepted)", p.Network.Mode)
+	mode := p.Network.Mode
+	if mode == "" {
+		mode = NetworkNone
 	}
-	return p.errAt("network.mode", "unknown mode %q (known: none, allowlist, open)", p.Network.Mode)
+	switch mode {
+	case NetworkNone, NetworkAllowlist, NetworkOpen:
+	default:
+		return p.errAt("network.mode", "unknown mode %q (known: none, allowlist, open)", p.Network.Mode)
+	}
+	for i, r := range p.Network.Allow {
+		if _, err := rules.Compile(string(rules.ModeAllowlist), []string{r}, nil); err != nil {
+			return p.errAt(fmt.Sprintf("network.allow[%d]", i), "%v", err)
+		}
+	}
+	for i, r := range p.Network.Deny {
+		if _, err := rules.Compile(string(rules.ModeAllowlist), nil, []string{r}); err != nil {
+			return p.errAt(fmt.Sprintf("network.deny[%d]", i), "%v", err)
+		}
+	}
+	return nil
 }

@@ -26,7 +26,7 @@ func TestValidateUnparsed(t *testing.T) {
 		{Policy{Resources: Resources{CPU: math.NaN()}}, "resources.cpu: invalid number of cores NaN"},
 		{Policy{Resources: Resources{CPU: math.Inf(1)}}, "resources.cpu: invalid number of cores +Inf"},
 		{Policy{Resources: Resources{Timeout: -time.Second}}, "resources.timeout: -1s must not be negative"},
-		{Policy{Network: Network{Mode: "open"}}, `network.mode: "open" is not available yet`},
+		{Policy{Network: Network{Mode: "open", Deny: []string{"*"}}}, `network.deny[0]: egress rule "*"`},
 		{Policy{Environment: Environment{Set: map[string]string{"B=": "", "A=": ""}}}, `environment.set."A=": invalid variable name "A="`},
 		{Policy{Environment: Environment{Pass: []string{"X\x00"}}}, `environment.pass[0]: invalid variable name "X\x00": contains a NUL byte`},
 		{Policy{Filesystem: Filesystem{Binds: []Bind{{Source: "/a", Target: "/dev"}}}}, `filesystem.binds[0].target: cannot mount "/dev"`},
@@ -56,7 +56,8 @@ func TestValidateAfterOverride(t *testing.T) {
 	wantErr(t, p.Validate(), "agent.yaml:2: resources.pids: -1 must not be negative")
 	p.Resources.Pids = 0
 	p.Network.Mode = "open" // section not in the file: no line
-	wantErr(t, p.Validate(), `agent.yaml: network.mode: "open" is not available yet`)
+	p.Network.Allow = []string{"*.co.uk"}
+	wantErr(t, p.Validate(), `agent.yaml: network.allow[0]: egress rule "*.co.uk"`)
 }
 
 func TestEffective(t *testing.T) {

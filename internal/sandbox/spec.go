@@ -37,6 +37,9 @@ func Spec(p *policy.Policy, o Opts) (*runtime.Spec, error) {
 		Insecure:     o.Insecure,
 		CgroupParent: o.CgroupParent,
 	}
+	if HasNetwork(p) {
+		s.Listen = []string{HTTPProxyAddr, SOCKSProxyAddr}
+	}
 	for _, b := range p.Filesystem.Binds {
 		s.Binds = append(s.Binds, runtime.Bind{Source: b.Source, Target: b.Target, Writable: b.Writable})
 	}
@@ -56,6 +59,34 @@ func Spec(p *policy.Policy, o Opts) (*runtime.Spec, error) {
 	return s, nil
 }
 
+// The egress gateway's listeners inside a sandbox that has network access:
+// an HTTP proxy (CONNECT and plain HTTP) and a SOCKS5 proxy, on loopback.
+const (
+	HTTPProxyAddr  = "127.0.0.1:3128"
+	SOCKSProxyAddr = "127.0.0.1:1080"
+)
+
+// HasNetwork reports whether p gives the sandbox egress (through the
+// gateway).
+func HasNetwork(p *policy.Policy) bool {
+	return p.Network.Mode == policy.NetworkAllowlist || p.Network.Mode == policy.NetworkOpen
+}
+
+// ProxyEnv is the environment that points a sandbox's tools at the
+// gateway, in both spellings tools read. socks5h: the gateway resolves
+// names (there is no resolver inside).
+func ProxyEnv() map[string]string {
+	env := map[string]string{}
+	for k, v := range map[string]string{
+		"HTTP_PROXY": "http://" + HTTPProxyAddr, "HTTPS_PROXY": "http://" + HTTPProxyAddr,
+		"ALL_PROXY": "socks5h://" + SOCKSProxyAddr, "NO_PROXY": "localhost,127.0.0.1,::1",
+	} {
+		env[k] = v
+		env[strings.ToLower(k)] = v
+	}
+	return env
+}
+
 // DefaultPath is the PATH of a sandboxed command unless the policy sets one.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -72,6 +103,11 @@ func Env(p *policy.Policy, flags []string, tty bool, lookup func(string) (string
 		env["TERM"] = "xterm-256color"
 		if v, ok := lookup("TERM"); ok && v != "" {
 			env["TERM"] = v
+		}
+	}
+	if HasNetwork(p) {
+		for k, v := range ProxyEnv() {
+			env[k] = v
 		}
 	}
 	for k, v := range p.Environment.Set {
