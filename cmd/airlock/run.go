@@ -34,6 +34,9 @@ type runFlags struct {
 	timeout                                    time.Duration
 	noLandlock, noSeccomp, noCgroups           bool
 	noTTY, verbose                             bool
+	net                                        string
+	netAllow, netDeny, addHosts                []string
+	netLog                                     string
 }
 
 func newRunCmd() *cobra.Command {
@@ -78,6 +81,11 @@ environment is passed unless asked for.`,
 	fl.BoolVar(&f.noLandlock, "insecure-no-landlock", false, "run without the Landlock layer (weaker; warned on every run)")
 	fl.BoolVar(&f.noSeccomp, "insecure-no-seccomp", false, "run without the seccomp layer (weaker; warned on every run)")
 	fl.BoolVar(&f.noCgroups, "insecure-no-cgroups", false, "run without cgroup limits (weaker; warned on every run)")
+	fl.StringVar(&f.net, "net", "", "network mode: none (default), allowlist or open; outside none, traffic goes through airlock's egress gateway")
+	fl.StringArrayVar(&f.netAllow, "net-allow", nil, "allow egress to HOST[:PORT] (*.domain wildcards, IPs, CIDRs, @pypi @npm @go @github); implies --net allowlist (repeatable)")
+	fl.StringArrayVar(&f.netDeny, "net-deny", nil, "deny egress to HOST[:PORT]; deny wins over allow (repeatable)")
+	fl.StringArrayVar(&f.addHosts, "add-host", nil, "NAME:IP the egress gateway resolves NAME to, before DNS (repeatable)")
+	fl.StringVar(&f.netLog, "net-log", "", "append every egress connection and request to FILE as JSON lines (default: stderr with -v)")
 	fl.BoolVar(&f.noTTY, "no-tty", false, "never allocate a terminal, even when stdin is one")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "report the isolation layers applied and setup timings")
 	return cmd
@@ -150,6 +158,14 @@ func buildPolicy(f *runFlags) (*policy.Policy, error) {
 	p.Filesystem.Protect.Add = append(p.Filesystem.Protect.Add, f.protect...)
 	p.Filesystem.Protect.Remove = append(p.Filesystem.Protect.Remove, f.unprotect...)
 	p.Seccomp.Deny = append(p.Seccomp.Deny, f.denySyscalls...)
+	if f.net != "" {
+		p.Network.Mode = f.net
+	}
+	if len(f.netAllow) > 0 && (p.Network.Mode == "" || p.Network.Mode == policy.NetworkNone) && f.net == "" {
+		p.Network.Mode = policy.NetworkAllowlist
+	}
+	p.Network.Allow = append(p.Network.Allow, f.netAllow...)
+	p.Network.Deny = append(p.Network.Deny, f.netDeny...)
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -209,6 +225,13 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 	}
 	created := time.Since(t0)
 	defer sb.Destroy(ctx)
+	if sandbox.HasNetwork(p) {
+		gw, err := startEgress(sb, p, f, stderr)
+		if err != nil {
+			return fail(exitSetup, "egress gateway: %v", err)
+		}
+		defer gw.Close()
+	}
 	for pending := true; pending; {
 		select {
 		case sig := <-sigc:

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/airlock-dev/airlock/internal/egress"
+	"github.com/airlock-dev/airlock/internal/egress/gateway"
+	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/runtime"
+)
+
+// startEgress serves the sandbox's proxy listeners with a gateway enforcing
+// the policy's network rules, logging every connection and request.
+func startEgress(sb runtime.Sandbox, p *policy.Policy, f *runFlags, stderr io.Writer) (*egress.Gateway, error) {
+	hosts, err := parseHosts(f.addHosts)
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	var logw io.Writer
+	if f.netLog != "" {
+		lf, err := os.OpenFile(f.netLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("--net-log: %w", err)
+		}
+		logw = lf
+	} else if f.verbose {
+		logw = stderr
+	}
+	audit := func(r gateway.Record) {
+		if logw == nil {
+			return
+		}
+		b, _ := json.Marshal(auditLine(r))
+		mu.Lock()
+		logw.Write(append(b, '\n'))
+		mu.Unlock()
+	}
+	return egress.Start(sb, p.Network, egress.Options{Sandbox: sb.ID(), Hosts: hosts, Audit: audit})
+}
+
+// auditLine is the JSON form of one audit record.
+func auditLine(r gateway.Record) map[string]any {
+	m := map[string]any{
+		"time": r.Time, "sandbox": r.Sandbox, "proto": r.Proto, "method": r.Method, "host": r.Host, "port": r.Port,
+		"allowed": r.Allowed, "rule": r.Rule, "bytes_up": r.BytesUp, "bytes_down": r.BytesDown,
+		"duration_ms": float64(r.Duration.Microseconds()) / 1000,
+	}
+	if r.Path != "" {
+		m["path"] = r.Path
+	}
+	if r.Addr != "" {
+		m["addr"] = r.Addr
+	}
+	if r.Error != "" {
+		m["error"] = r.Error
+	}
+	return m
+}
+
+// parseHosts parses --add-host NAME:IP flags.
+func parseHosts(flags []string) (map[string][]netip.Addr, error) {
+	hosts := map[string][]netip.Addr{}
+	for _, h := range flags {
+		name, ip, ok := strings.Cut(h, ":")
+		addr, err := netip.ParseAddr(strings.Trim(ip, "[]"))
+		if !ok || name == "" || err != nil {
+			return nil, fmt.Errorf("--add-host %q: want NAME:IP", h)
+		}
+		name = strings.TrimSuffix(strings.ToLower(name), ".")
+		hosts[name] = append(hosts[name], addr.Unmap())
+	}
+	return hosts, nil
+}

@@ -1,0 +1,635 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	maxHead = 64 << 10 // a request's line and headers
+	maxPath = 1024     // of Record.Path
+)
+
+// serveHTTPConn serves one client connection of the HTTP proxy: plain-HTTP
+// requests, each decided and audited on its own, possibly ending with a
+// CONNECT that turns the connection into a tunnel.
+func (g *Gateway) serveHTTPConn(c *conn) {
+	br := bufio.NewReaderSize(c.Conn, maxHead)
+	bw := bufio.NewWriterSize(c.Conn, 4<<10)
+	for first := true; ; first = false {
+		wait := g.cfg.IdleTimeout
+		if first {
+			wait = g.headerTimeout(c)
+		}
+		c.SetReadDeadline(time.Now().Add(wait))
+		if _, err := br.Peek(1); err != nil {
+			if first && c.refuse != "" {
+				g.audit(Record{Time: time.Now(), Proto: "http", Rule: c.refuse, Error: "refused: no request within " + wait.String()})
+			}
+			return
+		}
+		start := time.Now()
+		c.SetReadDeadline(start.Add(g.headerTimeout(c)))
+		req, hosts, err := readRequest(br)
+		if err != nil {
+			rec := Record{Time: start, Proto: "http", Rule: c.refuse, Error: "bad request: " + err.Error(), Duration: time.Since(start)}
+			status := http.StatusBadRequest
+			if errors.Is(err, errHeadTooLarge) {
+				status = http.StatusRequestHeaderFieldsTooLarge
+			}
+			var ne net.Error
+			if !errors.As(err, &ne) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				g.writeText(c, bw, status, "", "airlock egress: bad request: "+err.Error(), true, false)
+			}
+			c.finish(&rec)
+			g.audit(rec)
+			return
+		}
+		c.SetReadDeadline(time.Time{})
+		if req.Method == http.MethodConnect {
+			g.handleConnect(c, br, bw, req, start)
+			return
+		}
+		if !g.handlePlain(c, bw, req, hosts, start) {
+			return
+		}
+	}
+}
+
+var errHeadTooLarge = fmt.Errorf("request line and headers larger than %d bytes", maxHead)
+
+// readRequest reads one request and the values of its Host header lines,
+// which http.ReadRequest would otherwise discard for an absolute URI. The
+// head is parsed twice by the same textproto code, so both agree.
+func readRequest(br *bufio.Reader) (*http.Request, []string, error) {
+	head, err := peekHead(br)
+	if err != nil {
+		return nil, nil, err
+	}
+	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(head)))
+	if _, err := tp.ReadLine(); err != nil {
+		return nil, nil, err
+	}
+	h, err := tp.ReadMIMEHeader()
+	if err != nil {
+		return nil, nil, err
+	}
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return nil, nil, err
+	}
+	return req, h.Values("Host"), nil
+}
+
+// peekHead returns the request's line and headers up to and including the
+// blank line that ends them, without consuming them.
+func peekHead(br *bufio.Reader) ([]byte, error) {
+	for {
+		buf, _ := br.Peek(br.Buffered())
+		if end := headEnd(buf); end >= 0 {
+			return buf[:end], nil
+		}
+		if br.Buffered() >= maxHead {
+			return nil, errHeadTooLarge
+		}
+		if _, err := br.Peek(br.Buffered() + 1); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// headEnd finds the end of a request head the way textproto reads lines
+// (a line ends at LF; a CR before it is dropped): just past the first
+// empty line after the request line, or -1.
+func headEnd(buf []byte) int {
+	for pos, line := 0, 0; ; line++ {
+		i := bytes.IndexByte(buf[pos:], '\n')
+		if i < 0 {
+			return -1
+		}
+		l := buf[pos : pos+i]
+		pos += i + 1
+		if line > 0 && (len(l) == 0 || len(l) == 1 && l[0] == '\r') {
+			return pos
+		}
+	}
+}
+
+func (g *Gateway) handleConnect(c *conn, br *bufio.Reader, bw *bufio.Writer, req *http.Request, start time.Time) {
+	rec := Record{Time: start, Proto: "connect", Method: http.MethodConnect}
+	defer func() {
+		rec.Duration = time.Since(start)
+		c.finish(&rec)
+		g.audit(rec)
+	}()
+	tg, err := authorityTarget(req.URL.Host, "")
+	if err != nil {
+		rec.Host, rec.Error = cleanRule(req.URL.Host), err.Error()
+		g.writeText(c, bw, http.StatusBadRequest, "", "airlock egress: bad CONNECT target: "+err.Error(), true, false)
+		return
+	}
+	rec.Host, rec.Port = tg.host, tg.port
+	if c.refuse != "" {
+		rec.Rule = c.refuse
+		g.writeRefusal(c, bw, tg, c.refuse, false)
+		return
+	}
+	v := g.check(c.ctx, tg)
+	if !g.answerVerdict(c, bw, &rec, tg, v, false) {
+		return
+	}
+	c.SetWriteDeadline(time.Now().Add(g.cfg.HeaderTimeout))
+	if _, err := io.WriteString(c.Conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		rec.Error = err.Error()
+		return
+	}
+	c.SetWriteDeadline(time.Time{})
+	data, later, err := g.readClientFirst(c, br, tg)
+	if err != nil {
+		endTunnel(&rec, c, 0, 0, err)
+		return
+	}
+	if n := br.Buffered(); n > 0 {
+		more, _ := br.Peek(n)
+		data = append(data, more...)
+	}
+	var check func(*tunnel) ([]byte, error)
+	if later {
+		check = g.firstBytesCheck(c, tg)
+	}
+	g.runTunnel(c, &rec, tg, &v, data, check)
+}
+
+// runTunnel dials a checked tunnel, registers it for SetPolicy and relays
+// it, filling rec.
+func (g *Gateway) runTunnel(c *conn, rec *Record, tg target, v *verdict, prefix []byte, check func(*tunnel) ([]byte, error)) {
+	up, ap, err := g.dial(c.ctx, v)
+	rec.Addr = ap.String()
+	if err != nil {
+		rec.Error = "dial: " + err.Error()
+		c.finish(rec)
+		return
+	}
+	g.startTunnel(c, rec, tg, up, ap, v, prefix, check)
+}
+
+// startTunnel relays an upstream connection already dialed for tg.
+func (g *Gateway) startTunnel(c *conn, rec *Record, tg target, up net.Conn, ap netip.AddrPort, v *verdict, prefix []byte, check func(*tunnel) ([]byte, error)) {
+	rec.Rule = v.rule
+	if !c.setUpstream(up) {
+		c.finish(rec)
+		return
+	}
+	f := &flow{c: c, host: tg.host, port: tg.port, addr: ap, gen: v.gen}
+	if d := g.track(f); !d.Allow {
+		up.Close()
+		rec.Allowed, rec.Rule = false, d.Rule
+		return
+	}
+	defer g.untrack(f)
+	sent, received, err := g.relay(c, up, prefix, check)
+	endTunnel(rec, c, sent, received, err)
+}
+
+// answerVerdict answers a verdict that is not a go-ahead and records it;
+// true means go ahead.
+func (g *Gateway) answerVerdict(c *conn, bw *bufio.Writer, rec *Record, tg target, v verdict, keep bool) bool {
+	switch v.fail {
+	case failDenied:
+		rec.Rule = v.rule
+		if v.deniedAddr.IsValid() {
+			rec.Addr = v.deniedAddr.String()
+		}
+		g.writeText(c, bw, http.StatusForbidden, v.rule, denialText(tg, v.rule), !keep, rec.Method == http.MethodHead)
+		return false
+	case failUnresolved:
+		rec.Error = "resolve: " + v.err.Error()
+		g.writeText(c, bw, http.StatusBadGateway, "", fmt.Sprintf("airlock egress: cannot resolve %s: %v", tg.host, v.err), !keep, rec.Method == http.MethodHead)
+		return false
+	}
+	rec.Allowed, rec.Rule = true, v.rule
+	return true
+}
+
+func denialText(tg target, rule string) string {
+	return fmt.Sprintf("airlock egress: denied %s: %s", tg, cleanRule(rule))
+}
+
+func (g *Gateway) writeRefusal(c *conn, bw *bufio.Writer, tg target, rule string, head bool) {
+	text := denialText(tg, rule)
+	switch rule {
+	case RuleConnLimit:
+		text += fmt.Sprintf(" (%d connections open; close some and retry)", g.cfg.MaxConns)
+	case RuleByteLimit:
+		text += fmt.Sprintf(" (the sandbox's %d-byte egress budget is spent)", g.cfg.MaxBytes)
+	}
+	g.writeText(c, bw, http.StatusServiceUnavailable, rule, text, true, head)
+}
+
+// writeText writes a short text/plain response; rule, when set, goes in
+// X-Airlock-Rule.
+func (g *Gateway) writeText(c *conn, bw *bufio.Writer, status int, rule, text string, close, head bool) error {
+	text = cleanRule(text)
+	if len(text) > 0 {
+		text += "\n"
+	}
+	fmt.Fprintf(bw, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
+	bw.WriteString("Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\n")
+	if rule != "" {
+		fmt.Fprintf(bw, "X-Airlock-Rule: %s\r\n", cleanRule(rule))
+	}
+	fmt.Fprintf(bw, "Content-Length: %d\r\n", len(text))
+	if close {
+		bw.WriteString("Connection: close\r\n")
+	}
+	bw.WriteString("\r\n")
+	if !head {
+		bw.WriteString(text)
+	}
+	c.SetWriteDeadline(time.Now().Add(g.cfg.HeaderTimeout))
+	err := bw.Flush()
+	c.SetWriteDeadline(time.Time{})
+	return err
+}
+
+// authorityTarget parses host[:port] (port defaults to def; "" requires
+// one).
+func authorityTarget(hostport, def string) (target, error) {
+	host, port := hostport, def
+	if h, p, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+		if p != "" {
+			port = p
+		}
+	} else if strings.HasPrefix(hostport, "[") && strings.HasSuffix(hostport, "]") {
+		host = hostport[1 : len(hostport)-1]
+	} else if strings.Contains(hostport, ":") && !strings.Contains(hostport, "]") && strings.Count(hostport, ":") == 1 {
+		return target{}, fmt.Errorf("invalid host:port %q", hostport)
+	}
+	if port == "" {
+		return target{}, fmt.Errorf("%q has no port: want host:port", hostport)
+	}
+	n, err := parsePort(port)
+	if err != nil {
+		return target{}, err
+	}
+	return parseTarget(host, n)
+}
+
+func parsePort(s string) (int, error) {
+	if s == "" || len(s) > 5 || strings.Trim(s, "0123456789") != "" {
+		return 0, fmt.Errorf("invalid port %q: want 1-65535", s)
+	}
+	n, _ := strconv.Atoi(s)
+	if n < 1 || n > 65535 {
+		return 0, fmt.Errorf("invalid port %q: want 1-65535", s)
+	}
+	return n, nil
+}
+
+// hopHeaders are connection-scoped and never forwarded, with the proxy's
+// own credentials.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+func stripHop(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for tok := range strings.SplitSeq(v, ",") {
+			if tok = textproto.TrimString(tok); tok != "" {
+				h.Del(tok)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+}
+
+// handlePlain proxies one absolute-URI request; false ends the client
+// connection.
+func (g *Gateway) handlePlain(c *conn, bw *bufio.Writer, req *http.Request, hosts []string, start time.Time) (keep bool) {
+	rec := Record{Time: start, Proto: "http", Method: req.Method}
+	defer func() {
+		rec.Duration = time.Since(start)
+		c.finish(&rec)
+		g.audit(rec)
+	}()
+	hasBody := req.Body != nil && req.Body != http.NoBody
+	keep = req.ProtoAtLeast(1, 1) && !req.Close && c.refuse == ""
+	head := req.Method == http.MethodHead
+	// refuse answers without forwarding; an unread body ends the connection.
+	refuse := func(status int, rule, text string) bool {
+		k := keep && !hasBody
+		g.writeText(c, bw, status, rule, text, !k, head)
+		return k
+	}
+	u := req.URL
+	if !u.IsAbs() || u.Host == "" {
+		rec.Error = "not a proxy request"
+		return refuse(http.StatusBadRequest, "", "airlock egress: not a proxy request: send an absolute URI (GET http://host/path) or use CONNECT")
+	}
+	if u.Scheme != "http" {
+		rec.Host, rec.Error = cleanRule(u.Host), "scheme "+u.Scheme
+		return refuse(http.StatusBadRequest, "", fmt.Sprintf("airlock egress: cannot proxy %q URLs: use CONNECT for https", cleanRule(u.Scheme)))
+	}
+	rec.Path = u.Path
+	if len(rec.Path) > maxPath {
+		rec.Path = rec.Path[:maxPath]
+	}
+	tg, err := authorityTarget(u.Host, "80")
+	if err != nil {
+		rec.Host, rec.Error = cleanRule(u.Host), err.Error()
+		return refuse(http.StatusBadRequest, "", "airlock egress: bad request target: "+err.Error())
+	}
+	rec.Host, rec.Port = tg.host, tg.port
+	switch {
+	case len(hosts) > 1:
+		rec.Error = "several Host headers"
+		return refuse(http.StatusBadRequest, "", "airlock egress: several Host headers")
+	case len(hosts) == 1 && !sameAuthority(hosts[0], tg):
+		rec.Rule = "host header mismatch"
+		return refuse(http.StatusForbidden, rec.Rule, denialText(tg, fmt.Sprintf("host header mismatch: the Host header names %q", cleanRule(hosts[0]))))
+	}
+	if c.refuse != "" {
+		rec.Rule = c.refuse
+		g.writeRefusal(c, bw, tg, c.refuse, head)
+		return false
+	}
+	v := g.check(c.ctx, tg)
+	if !g.answerVerdict(c, bw, &rec, tg, v, keep && !hasBody) {
+		return keep && !hasBody
+	}
+
+	ctx, cancel := context.WithCancelCause(c.ctx)
+	defer cancel(nil)
+	idle := g.cfg.IdleTimeout
+	watchdog := time.AfterFunc(idle, func() { cancel(errIdle) })
+	defer watchdog.Stop()
+	touch := func() { watchdog.Reset(idle) }
+
+	out := &http.Request{
+		Method:     req.Method,
+		URL:        new(*u),
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     req.Header.Clone(),
+		Host:       u.Host,
+	}
+	out.URL.User = nil
+	stripHop(out.Header)
+	out.Header.Del("Expect") // answered here, below
+	if _, ok := out.Header["User-Agent"]; !ok {
+		out.Header["User-Agent"] = []string{""} // do not add Go's
+	}
+	var body *reqBody
+	if hasBody {
+		body = &reqBody{g: g, c: c, src: req.Body, touch: touch,
+			expect: req.ProtoAtLeast(1, 1) && strings.EqualFold(req.Header.Get("Expect"), "100-continue")}
+		out.Body, out.ContentLength = body, req.ContentLength
+	}
+	out = out.WithContext(ctx)
+
+	var resp *http.Response
+	for i, a := range v.addrs {
+		rec.Addr, rec.Rule = a.ap.String(), a.rule
+		try := *out
+		try.URL = new(*out.URL)
+		try.URL.Host = a.ap.String() // the pool is keyed by checked address
+		f := &flow{c: c, host: tg.host, port: tg.port, addr: a.ap, gen: v.gen}
+		if d := g.track(f); !d.Allow {
+			rec.Allowed, rec.Rule = false, d.Rule
+			return refuse(http.StatusForbidden, d.Rule, denialText(tg, d.Rule))
+		}
+		defer g.untrack(f)
+		resp, err = g.transport.RoundTrip(&try)
+		var de *dialError
+		if err == nil || !errors.As(err, &de) || i == len(v.addrs)-1 || ctx.Err() != nil {
+			break
+		}
+	}
+	if body != nil {
+		body.stopContinue()
+	}
+	if err != nil {
+		if c.ended() != nil || errors.Is(err, errByteLimit) {
+			return false
+		}
+		status, what := http.StatusBadGateway, "upstream failed"
+		if errors.Is(context.Cause(ctx), errIdle) {
+			status, what = http.StatusGatewayTimeout, "upstream idle for "+idle.String()
+			err = errIdle
+		}
+		rec.Error = err.Error()
+		return refuse(status, "", fmt.Sprintf("airlock egress: %s %s: %v", what, tg, err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		rec.Error = "upstream switched protocols"
+		return refuse(http.StatusBadGateway, "", "airlock egress: protocol upgrades are not proxied: use CONNECT")
+	}
+	stripHop(resp.Header)
+	rb := &respBody{src: resp.Body, g: g, c: c, bw: bw, touch: touch}
+	resp.Body = rb
+	resp.ProtoMajor, resp.ProtoMinor = 1, 1
+	if !req.ProtoAtLeast(1, 1) {
+		resp.ProtoMinor, resp.TransferEncoding = 0, nil
+	}
+	if resp.ContentLength < 0 && !isChunked(resp.TransferEncoding) {
+		keep = false // close-delimited: Response.Write says Connection: close
+	}
+	resp.Close = !keep
+	c.SetWriteDeadline(time.Now().Add(idle))
+	err = resp.Write(writerOnly{bw})
+	if err == nil {
+		err = bw.Flush()
+	}
+	c.SetWriteDeadline(time.Time{})
+	rec.BytesDown = rb.n
+	if body != nil {
+		rec.BytesUp = body.n.Load()
+		if !body.detach() {
+			keep = false
+		}
+	}
+	if err != nil {
+		if errors.Is(context.Cause(ctx), errIdle) {
+			err = errIdle
+		}
+		rec.Error = err.Error()
+		return false
+	}
+	return keep
+}
+
+func isChunked(te []string) bool { return len(te) > 0 && te[0] == "chunked" }
+
+// sameAuthority reports whether a Host header names tg (port 80 by
+// default; names compared case-insensitively, trailing dot ignored).
+func sameAuthority(h string, tg target) bool {
+	ht, err := authorityTarget(h, "80")
+	return err == nil && ht.host == tg.host && ht.port == tg.port
+}
+
+// writerOnly hides bufio.Writer's ReadFrom, so that respBody.Read may
+// flush it between writes.
+type writerOnly struct{ io.Writer }
+
+// dialError marks a failure to connect (nothing was sent: another address
+// may be tried).
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// newTransport is the plain-HTTP upstream transport. URLs reaching it carry
+// a checked ip:port as their host, so its pool is keyed by checked address
+// and its dialer refuses anything else.
+func (g *Gateway) newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			ap, err := netip.ParseAddrPort(addr)
+			if err != nil {
+				return nil, fmt.Errorf("egress gateway: refusing to dial %q: not a checked ip:port", addr)
+			}
+			ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+			defer cancel()
+			up, err := g.cfg.Dial(ctx, network, ap.String())
+			if err != nil {
+				return nil, &dialError{err}
+			}
+			return up, nil
+		},
+		DisableCompression:  true,
+		MaxIdleConns:        64,
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     90 * time.Second,
+		ReadBufferSize:      64 << 10,
+		WriteBufferSize:     64 << 10,
+	}
+}
+
+// reqBody is a plain-HTTP request body on its way upstream: counted,
+// charged to the byte budget, answering Expect: 100-continue on first read,
+// and detachable so the connection can read its next request.
+type reqBody struct {
+	g     *Gateway
+	c     *conn
+	src   io.Reader
+	touch func()
+
+	mu       sync.Mutex // held while reading src
+	detached bool
+	n        atomic.Int64
+	eof      atomic.Bool
+
+	contMu   sync.Mutex
+	expect   bool
+	contDone bool
+}
+
+var errDetached = errors.New("request finished")
+
+func (b *reqBody) Read(p []byte) (int, error) {
+	b.sendContinue()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.detached {
+		return 0, errDetached
+	}
+	b.c.SetReadDeadline(time.Now().Add(b.g.cfg.IdleTimeout))
+	n, err := b.src.Read(p)
+	if n > 0 {
+		if !b.g.reserve(n) {
+			return 0, errByteLimit
+		}
+		b.n.Add(int64(n))
+		b.touch()
+	}
+	if errors.Is(err, io.EOF) {
+		b.eof.Store(true)
+	}
+	return n, err
+}
+
+// Close does nothing: the client connection owns the body.
+func (b *reqBody) Close() error { return nil }
+
+func (b *reqBody) sendContinue() {
+	b.contMu.Lock()
+	defer b.contMu.Unlock()
+	if b.expect && !b.contDone {
+		b.contDone = true
+		b.c.SetWriteDeadline(time.Now().Add(b.g.cfg.HeaderTimeout))
+		io.WriteString(b.c.Conn, "HTTP/1.1 100 Continue\r\n\r\n")
+		b.c.SetWriteDeadline(time.Time{})
+	}
+}
+
+// stopContinue keeps a late first read from writing 100 Continue into the
+// response.
+func (b *reqBody) stopContinue() {
+	b.contMu.Lock()
+	b.contDone = true
+	b.contMu.Unlock()
+}
+
+// detach ends upstream reads of the body; false when it was not read to
+// the end (the connection cannot be reused).
+func (b *reqBody) detach() bool {
+	if !b.eof.Load() {
+		return false
+	}
+	b.mu.Lock()
+	b.detached = true
+	b.mu.Unlock()
+	return true
+}
+
+// respBody is a plain-HTTP response body on its way to the client:
+// counted, charged to the byte budget, and flushing the client writer
+// before each read, so a streamed response is not held back.
+type respBody struct {
+	src   io.ReadCloser
+	g     *Gateway
+	c     *conn
+	bw    *bufio.Writer
+	touch func()
+	n     int64
+}
+
+func (b *respBody) Read(p []byte) (int, error) {
+	if b.bw.Buffered() > 0 {
+		if err := b.bw.Flush(); err != nil {
+			return 0, err
+		}
+	}
+	b.c.SetWriteDeadline(time.Now().Add(b.g.cfg.IdleTimeout))
+	n, err := b.src.Read(p)
+	if n > 0 {
+		if !b.g.reserve(n) {
+			return 0, errByteLimit
+		}
+		b.n += int64(n)
+		b.touch()
+	}
+	return n, err
+}
+
+func (b *respBody) Close() error { return b.src.Close() }

@@ -1,0 +1,167 @@
+//go:build linux
+
+package e2e
+
+import (
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// egressWorld is an HTTP and an HTTPS server on loopback, named api.test
+// and other.test through the gateway's static host map.
+type egressWorld struct {
+	httpPort, httpsPort string
+	caFile              string
+	hosts               []string
+}
+
+func newEgressWorld(t *testing.T) *egressWorld {
+	t.Helper()
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello %s %s", r.Host, r.URL.Path)
+	})
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	ts := httptest.NewUnstartedServer(h)
+	ts.EnableHTTP2 = false
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	// The test CA in a world-readable workspace file for curl's --cacert.
+	dir, err := os.MkdirTemp("", "airlock-egress-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ca := filepath.Join(dir, "ca.pem")
+	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o644)
+	hu, _ := url.Parse(hs.URL)
+	tu, _ := url.Parse(ts.URL)
+	return &egressWorld{httpPort: hu.Port(), httpsPort: tu.Port(), caFile: ca,
+		hosts: []string{"--add-host", "api.test:127.0.0.1", "--add-host", "other.test:127.0.0.1", "--add-host", "example.com:127.0.0.1", "--workspace", dir}}
+}
+
+func (w *egressWorld) flags(extra ...string) []string { return append(append([]string{}, w.hosts...), extra...) }
+
+// TestEgressAllowDeny: the allowlist through the HTTP proxy (plain and
+// CONNECT) and SOCKS5, each denial next to its allowed control.
+func TestEgressAllowDeny(t *testing.T) {
+	needRoot(t)
+	w := newEgressWorld(t)
+	// The test servers are on loopback: a private address, so they need an
+	// explicit IP rule besides the name (a name alone never reaches one).
+	allow := w.flags("--net-allow", "api.test", "--net-allow", "example.com", "--net-allow", "127.0.0.1")
+	r := sh(t, opts{}, allow, fmt.Sprintf(`
+curl -s -m 10 http://api.test:%[1]s/plain; echo
+curl -s -m 10 --cacert /workspace/ca.pem https://example.com:%[2]s/tls; echo
+curl -s -m 10 --socks5-hostname 127.0.0.1:1080 http://api.test:%[1]s/socks; echo
+curl -s -m 10 -o /dev/null -w '%%{http_code} ' http://other.test:%[1]s/; curl -s -m 10 -D - -o /dev/null http://other.test:%[1]s/ | grep -i x-airlock-rule
+curl -s -m 10 --socks5-hostname 127.0.0.1:1080 http://other.test:%[1]s/ >/dev/null; echo "socks other: $?"
+curl -s -m 10 --cacert /workspace/ca.pem https://other.test:%[2]s/ >/dev/null; echo "connect other: $?"
+`, w.httpPort, w.httpsPort))
+	mustOK(t, r, "egress matrix")
+	for _, want := range []string{
+		"hello api.test:" + w.httpPort + " /plain", "hello example.com:" + w.httpsPort + " /tls", "hello api.test:" + w.httpPort + " /socks",
+		"403 X-Airlock-Rule: not in allowlist", "socks other: 97", "connect other: 56",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q in:\n%s", want, r.stdout)
+		}
+	}
+	// Deny wins over allow.
+	r = sh(t, opts{}, append(allow, "--net-deny", "api.test"), fmt.Sprintf(`curl -s -m 10 -o /dev/null -w '%%{http_code}' http://api.test:%s/`, w.httpPort))
+	if r.stdout != "403" {
+		t.Errorf("deny over allow: %s", r)
+	}
+}
+
+// TestEgressPrivateAddresses: open mode still refuses private and
+// metadata addresses in any spelling, unless an IP rule allows them.
+func TestEgressPrivateAddresses(t *testing.T) {
+	needRoot(t)
+	w := newEgressWorld(t)
+	r := sh(t, opts{}, w.flags("--net", "open"), fmt.Sprintf(`
+for h in api.test 127.0.0.1 2130706433 0x7f000001 0177.0.0.1 127.1 '[::ffff:127.0.0.1]' 169.254.169.254 '[fd00:ec2::254]'; do
+  printf '%%s ' "$h"; curl -s -m 10 -o /dev/null -w '%%{http_code}\n' "http://$h:%s/"
+done`, w.httpPort))
+	mustOK(t, r, "open mode")
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 || f[1] == "200" {
+			t.Errorf("private address reached in open mode: %q", line)
+		}
+	}
+	// Control: the explicit IP rule lets the same request through.
+	r = sh(t, opts{}, w.flags("--net", "open", "--net-allow", "127.0.0.1"), fmt.Sprintf(`curl -s -m 10 http://api.test:%s/ok`, w.httpPort))
+	if !strings.Contains(r.stdout, "hello api.test") {
+		t.Errorf("explicitly allowed private address: %s", r)
+	}
+}
+
+// TestEgressNoneAndNoDNS: without a network mode nothing is set up; with
+// one, there is still no resolver inside (the gateway resolves).
+func TestEgressNoneAndNoDNS(t *testing.T) {
+	needRoot(t)
+	w := newEgressWorld(t)
+	r := sh(t, opts{}, w.flags(), fmt.Sprintf(`env | grep -ci _proxy; curl -s -m 5 -x http://127.0.0.1:3128 http://api.test:%s/; echo "rc=$?"`, w.httpPort))
+	if !strings.Contains(r.stdout, "0\n") || !strings.Contains(r.stdout, "rc=7") {
+		t.Errorf("mode none: %s", r)
+	}
+	r = py(t, opts{}, w.flags("--net-allow", "api.test", "--net-allow", "127.0.0.1"), `
+import socket, os
+try:
+    socket.getaddrinfo("api.test", 80); print("resolved")
+except OSError as e:
+    print("no dns")
+print(os.environ.get("HTTPS_PROXY"), os.environ.get("ALL_PROXY"))
+`)
+	if !strings.Contains(r.stdout, "no dns") || !strings.Contains(r.stdout, "http://127.0.0.1:3128 socks5h://127.0.0.1:1080") {
+		t.Errorf("with network: %s", r)
+	}
+}
+
+// TestEgressAudit: every connection and request is recorded, allowed or
+// not, with bytes.
+func TestEgressAudit(t *testing.T) {
+	needRoot(t)
+	w := newEgressWorld(t)
+	log := filepath.Join(t.TempDir(), "net.jsonl")
+	r := sh(t, opts{}, w.flags("--net-allow", "api.test", "--net-allow", "127.0.0.1", "--net-log", log), fmt.Sprintf(`
+curl -s -m 10 http://api.test:%[1]s/a >/dev/null
+curl -s -m 10 http://other.test:%[1]s/b >/dev/null
+curl -s -m 10 --socks5-hostname 127.0.0.1:1080 http://api.test:%[1]s/c >/dev/null
+true`, w.httpPort))
+	mustOK(t, r, "audit run")
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("audit line %q: %v", l, err)
+		}
+		recs = append(recs, m)
+	}
+	if len(recs) != 3 {
+		t.Fatalf("want 3 records, got %d:\n%s", len(recs), b)
+	}
+	if recs[0]["path"] != "/a" || recs[0]["allowed"] != true || recs[0]["bytes_down"].(float64) <= 0 {
+		t.Errorf("allowed request: %v", recs[0])
+	}
+	if recs[1]["host"] != "other.test" || recs[1]["allowed"] != false || recs[1]["rule"] == "" {
+		t.Errorf("denied request: %v", recs[1])
+	}
+	if recs[2]["proto"] != "socks" || recs[2]["allowed"] != true {
+		t.Errorf("socks connection: %v", recs[2])
+	}
+}
