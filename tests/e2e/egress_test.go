@@ -49,7 +49,9 @@ func newEgressWorld(t *testing.T) *egressWorld {
 		hosts: []string{"--add-host", "api.test:127.0.0.1", "--add-host", "other.test:127.0.0.1", "--add-host", "example.com:127.0.0.1", "--workspace", dir}}
 }
 
-func (w *egressWorld) flags(extra ...string) []string { return append(append([]string{}, w.hosts...), extra...) }
+func (w *egressWorld) flags(extra ...string) []string {
+	return append(append([]string{}, w.hosts...), extra...)
+}
 
 // TestEgressAllowDeny: the allowlist through the HTTP proxy (plain and
 // CONNECT) and SOCKS5, each denial next to its allowed control.
