@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -47,6 +49,7 @@ type Config struct {
 	Policies     map[string]string    `yaml:"policies"`
 	Pools        []manager.PoolConfig `yaml:"pools"`
 	CgroupParent string               `yaml:"cgroup_parent"`
+	EgressHosts  map[string][]string  `yaml:"egress_hosts"`
 	Insecure     Insecure             `yaml:"insecure"`
 }
 
@@ -190,6 +193,17 @@ func (c *Config) manager() (manager.Config, int64, error) {
 			return mc, 0, fmt.Errorf("config: policies.%s: environment.pass would copy the daemon's environment into sandboxes; use environment.set", name)
 		}
 		mc.Policies[name] = p
+	}
+	mc.EgressHosts = map[string][]netip.Addr{}
+	for name, ips := range c.EgressHosts {
+		for _, ip := range ips {
+			a, err := netip.ParseAddr(ip)
+			if err != nil {
+				return mc, 0, fmt.Errorf("config: egress_hosts.%s: %q is not an IP address", name, ip)
+			}
+			key := strings.TrimSuffix(strings.ToLower(name), ".")
+			mc.EgressHosts[key] = append(mc.EgressHosts[key], a.Unmap())
+		}
 	}
 	mc.Pools = c.Pools
 	mc.CgroupParent = c.CgroupParent

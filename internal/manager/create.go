@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/egress"
+	"github.com/airlock-dev/airlock/internal/egress/gateway"
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
@@ -161,6 +163,19 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 		rt.Destroy(context.WithoutCancel(ctx))
 		forget()
 		return nil, fmt.Errorf("store: %w", err)
+	}
+	if sandbox.HasNetwork(p) {
+		gw, err := egress.Start(rt, p.Network, egress.Options{Sandbox: sb.id, Hosts: m.cfg.EgressHosts, Audit: func(r gateway.Record) {
+			m.log.Info("egress", "sandbox", r.Sandbox, "proto", r.Proto, "method", r.Method, "host", r.Host, "port", r.Port,
+				"path", r.Path, "addr", r.Addr, "allowed", r.Allowed, "rule", r.Rule, "bytes_up", r.BytesUp, "bytes_down", r.BytesDown,
+				"ms", float64(r.Duration.Microseconds())/1000)
+		}})
+		if err != nil {
+			rt.Destroy(context.WithoutCancel(ctx))
+			forget()
+			return nil, fmt.Errorf("egress gateway: %w", err)
+		}
+		sb.egress = gw
 	}
 	sb.mu.Lock()
 	sb.rt = rt

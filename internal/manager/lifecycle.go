@@ -46,8 +46,12 @@ func (m *Manager) destroy(ctx context.Context, sb *Sandbox, state, reason string
 	}
 	sb.ending = true
 	live := !sb.isFinal()
-	rt := sb.rt
+	rt, gw := sb.rt, sb.egress
+	sb.egress = nil
 	sb.mu.Unlock()
+	if gw != nil {
+		gw.Close()
+	}
 	var err error
 	if rt != nil {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sort"
 	"sync"
 	"time"
@@ -54,6 +55,9 @@ type Config struct {
 	// an API caller).
 	Insecure     runtime.Insecure
 	CgroupParent string
+	// EgressHosts is the egress gateway's static host map (name -> addresses,
+	// consulted before DNS).
+	EgressHosts map[string][]netip.Addr
 
 	MaxSandboxes int           // live sandboxes (pool members included); default 100
 	MaxCreating  int           // concurrent creations; default 2×CPUs, at least 4

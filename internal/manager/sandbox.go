@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/store"
 )
@@ -19,6 +20,7 @@ type Sandbox struct {
 	rec      store.Sandbox
 	spec     specRecord
 	rt       runtime.Sandbox // nil once final
+	egress   *egress.Gateway // serves the sandbox's proxies when its policy has network access
 	procs    map[uint64]*proc
 	running  int           // processes started and not yet exited
 	ending   bool          // being stopped, failed or deleted

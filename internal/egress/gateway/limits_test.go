@@ -148,8 +148,8 @@ func TestMaxBytes(t *testing.T) {
 	if readBody(t, resp); resp.StatusCode != 503 {
 		t.Errorf("plain HTTP after the budget: %d", resp.StatusCode)
 	}
-	if n := countRule(w.waitRecords(5), RuleByteLimit); n != 4 {
-		t.Errorf("%d records by the byte limit, want 4", n)
+	if recs := w.waitRecords(5); countRule(recs, RuleByteLimit) != 4 {
+		t.Errorf("%d records by the byte limit, want 4: %+v", countRule(recs, RuleByteLimit), recs)
 	}
 }
 
