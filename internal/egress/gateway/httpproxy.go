@@ -43,7 +43,7 @@ func (g *Gateway) serveHTTPConn(c *conn) {
 		}
 		start := time.Now()
 		c.SetReadDeadline(start.Add(g.headerTimeout(c)))
-		req, hosts, err := readRequest(br)
+		req, hosts, headLen, err := readRequest(br)
 		if err != nil {
 			rec := Record{Time: start, Proto: "http", Rule: c.refuse, Error: "bad request: " + err.Error(), Duration: time.Since(start)}
 			status := http.StatusBadRequest
@@ -63,7 +63,7 @@ func (g *Gateway) serveHTTPConn(c *conn) {
 			g.handleConnect(c, br, bw, req, start)
 			return
 		}
-		if !g.handlePlain(c, bw, req, hosts, start) {
+		if !g.handlePlain(c, bw, req, hosts, headLen, start) {
 			return
 		}
 	}
@@ -74,24 +74,25 @@ var errHeadTooLarge = fmt.Errorf("request line and headers larger than %d bytes"
 // readRequest reads one request and the values of its Host header lines,
 // which http.ReadRequest would otherwise discard for an absolute URI. The
 // head is parsed twice by the same textproto code, so both agree.
-func readRequest(br *bufio.Reader) (*http.Request, []string, error) {
+func readRequest(br *bufio.Reader) (req *http.Request, hosts []string, headLen int, err error) {
 	head, err := peekHead(br)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
+	headLen = len(head)
 	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(head)))
 	if _, err := tp.ReadLine(); err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	h, err := tp.ReadMIMEHeader()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	req, err := http.ReadRequest(br)
+	req, err = http.ReadRequest(br)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	return req, h.Values("Host"), nil
+	return req, h.Values("Host"), headLen, nil
 }
 
 // peekHead returns the request's line and headers up to and including the
@@ -321,12 +322,12 @@ func stripHop(h http.Header) {
 }
 
 // handlePlain proxies one absolute-URI request; false ends the client
-// connection.
-func (g *Gateway) handlePlain(c *conn, bw *bufio.Writer, req *http.Request, hosts []string, start time.Time) (keep bool) {
+// connection. The request's head (headLen bytes as read) is charged to the
+// byte budget with its body: it carries the URL and headers upstream.
+func (g *Gateway) handlePlain(c *conn, bw *bufio.Writer, req *http.Request, hosts []string, headLen int, start time.Time) (keep bool) {
 	rec := Record{Time: start, Proto: "http", Method: req.Method}
 	defer func() {
 		rec.Duration = time.Since(start)
-		c.finish(&rec)
 		g.audit(rec)
 	}()
 	hasBody := req.Body != nil && req.Body != http.NoBody
@@ -347,7 +348,7 @@ func (g *Gateway) handlePlain(c *conn, bw *bufio.Writer, req *http.Request, host
 		rec.Host, rec.Error = cleanRule(u.Host), "scheme "+u.Scheme
 		return refuse(http.StatusBadRequest, "", fmt.Sprintf("airlock egress: cannot proxy %q URLs: use CONNECT for https", cleanRule(u.Scheme)))
 	}
-	rec.Path = u.Path
+	rec.Path = u.EscapedPath() // ASCII: no control characters in the audit
 	if len(rec.Path) > maxPath {
 		rec.Path = rec.Path[:maxPath]
 	}
@@ -375,6 +376,10 @@ func (g *Gateway) handlePlain(c *conn, bw *bufio.Writer, req *http.Request, host
 		return keep && !hasBody
 	}
 
+	if !g.reserve(headLen) {
+		c.finish(&rec)
+		return false
+	}
 	ctx, cancel := context.WithCancelCause(c.ctx)
 	defer cancel(nil)
 	idle := g.cfg.IdleTimeout
@@ -428,6 +433,7 @@ func (g *Gateway) handlePlain(c *conn, bw *bufio.Writer, req *http.Request, host
 	}
 	if err != nil {
 		if c.ended() != nil || errors.Is(err, errByteLimit) {
+			c.finish(&rec) // killed (policy, budget, Close) mid-request
 			return false
 		}
 		status, what := http.StatusBadGateway, "upstream failed"
@@ -444,7 +450,10 @@ func (g *Gateway) handlePlain(c *conn, bw *bufio.Writer, req *http.Request, host
 		return refuse(http.StatusBadGateway, "", "airlock egress: protocol upgrades are not proxied: use CONNECT")
 	}
 	stripHop(resp.Header)
-	rb := &respBody{src: resp.Body, g: g, c: c, bw: bw, touch: touch}
+	// A streamed (or large) body is flushed to the client before each
+	// upstream read that may block; a small one goes out with the head.
+	rb := &respBody{src: resp.Body, g: g, c: c, bw: bw, touch: touch,
+		flushEarly: resp.ContentLength < 0 || resp.ContentLength > smallBody}
 	resp.Body = rb
 	resp.ProtoMajor, resp.ProtoMinor = 1, 1
 	if !req.ProtoAtLeast(1, 1) {
@@ -455,7 +464,7 @@ func (g *Gateway) handlePlain(c *conn, bw *bufio.Writer, req *http.Request, host
 	}
 	resp.Close = !keep
 	c.SetWriteDeadline(time.Now().Add(idle))
-	err = resp.Write(writerOnly{bw})
+	err = resp.Write(respWriter{bw})
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -472,6 +481,7 @@ func (g *Gateway) handlePlain(c *conn, bw *bufio.Writer, req *http.Request, host
 			err = errIdle
 		}
 		rec.Error = err.Error()
+		c.finish(&rec)
 		return false
 	}
 	return keep
@@ -486,9 +496,21 @@ func sameAuthority(h string, tg target) bool {
 	return err == nil && ht.host == tg.host && ht.port == tg.port
 }
 
-// writerOnly hides bufio.Writer's ReadFrom, so that respBody.Read may
-// flush it between writes.
-type writerOnly struct{ io.Writer }
+// smallBody is the largest response body sent with its head in one write.
+const smallBody = 64 << 10
+
+// respWriter writes a response to the client's bufio.Writer. It hides
+// bufio.Writer.ReadFrom (so that respBody.Read may flush between writes)
+// and copies bodies with a pooled buffer.
+type respWriter struct{ bw *bufio.Writer }
+
+func (w respWriter) Write(p []byte) (int, error) { return w.bw.Write(p) }
+
+func (w respWriter) ReadFrom(r io.Reader) (int64, error) {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	return io.CopyBuffer(struct{ io.Writer }{w.bw}, struct{ io.Reader }{r}, *bp)
+}
 
 // dialError marks a failure to connect (nothing was sent: another address
 // may be tried).
@@ -612,10 +634,12 @@ type respBody struct {
 	bw    *bufio.Writer
 	touch func()
 	n     int64
+
+	flushEarly bool
 }
 
 func (b *respBody) Read(p []byte) (int, error) {
-	if b.bw.Buffered() > 0 {
+	if b.flushEarly && b.bw.Buffered() > 0 {
 		if err := b.bw.Flush(); err != nil {
 			return 0, err
 		}

@@ -116,6 +116,7 @@ func TestMaxBytes(t *testing.T) {
 	if body := readBody(t, resp); len(body) != 1000 {
 		t.Fatalf("under the budget: %d bytes", len(body))
 	}
+	w.waitRecords(1)
 	c, br, _ := w.connect("api.test:80")
 	fmt.Fprintf(c, "GET /size/%d HTTP/1.1\r\nHost: api.test\r\n\r\n", 4*budget)
 	got, _ := io.Copy(io.Discard, br)
@@ -365,8 +366,16 @@ func TestNoGoroutineLeak(t *testing.T) {
 		t.Errorf("Close took %v", d)
 	}
 	w.serving.Wait()
-	if n, dump := gatewayGoroutines(); n != 0 {
-		t.Errorf("%d gateway goroutines after Close:\n%s", n, dump)
+	// Close waited for them; give the exiting ones a moment to be gone.
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		n, dump := gatewayGoroutines()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d gateway goroutines after Close:\n%s", n, dump)
+			break
+		}
 	}
 	io.Copy(io.Discard, stream.Body)
 	stream.Body.Close()
@@ -392,5 +401,27 @@ func TestNoGoroutineLeak(t *testing.T) {
 	}
 	if closedByClose == 0 {
 		t.Error("connections open at Close were not audited")
+	}
+}
+
+// TestMaxBytesCountsHeads: a plain request's URL and headers go upstream,
+// so they are charged to the budget too (no unbounded exfiltration in
+// query strings).
+func TestMaxBytesCountsHeads(t *testing.T) {
+	w := newWorld(t, func(c *Config) { c.MaxBytes = 10 << 10 })
+	client := w.httpClient()
+	q := strings.Repeat("q", 3000)
+	codes := []int{}
+	for range 5 {
+		resp, err := client.Get("http://api.test/?" + q)
+		if err != nil {
+			codes = append(codes, -1)
+			continue
+		}
+		readBody(t, resp)
+		codes = append(codes, resp.StatusCode)
+	}
+	if codes[0] != 200 || codes[4] == 200 {
+		t.Errorf("status codes %v: want the first through and the last refused", codes)
 	}
 }

@@ -35,8 +35,8 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
-// StaticResolver answers from Hosts first (like /etc/hosts; keys are
-// lower-case names without a trailing dot) and asks Fallback for anything
+// StaticResolver answers from Hosts first (like /etc/hosts; names match
+// case-insensitively, trailing dot ignored) and asks Fallback for anything
 // else. A nil Fallback resolves nothing else.
 type StaticResolver struct {
 	Hosts    map[string][]netip.Addr
@@ -50,6 +50,11 @@ func (r *StaticResolver) LookupNetIP(ctx context.Context, host string) ([]netip.
 	name := strings.TrimSuffix(strings.ToLower(host), ".")
 	if addrs, ok := r.Hosts[name]; ok && len(addrs) > 0 {
 		return append([]netip.Addr(nil), addrs...), nil
+	}
+	for k, addrs := range r.Hosts { // keys not written in normal form
+		if len(addrs) > 0 && strings.TrimSuffix(strings.ToLower(k), ".") == name {
+			return append([]netip.Addr(nil), addrs...), nil
+		}
 	}
 	if r.Fallback == nil {
 		return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}

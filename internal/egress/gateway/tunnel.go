@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-const relayBuf = 64 << 10
+const relayBuf = 32 << 10
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, relayBuf); return &b }}
 
@@ -27,8 +27,6 @@ func (r *refusal) Error() string { return r.rule }
 // tunnel relays bytes between a client connection and its upstream.
 type tunnel struct {
 	g        *Gateway
-	c        *conn
-	up       net.Conn
 	idle     time.Duration
 	last     atomic.Int64 // unix nanos of the last byte either way
 	sent     atomic.Int64 // client -> upstream
@@ -42,7 +40,7 @@ type tunnel struct {
 // first error that ended the tunnel (nil for a clean close), which is a
 // *refusal when check refused.
 func (g *Gateway) relay(c *conn, up net.Conn, prefix []byte, check func(*tunnel) ([]byte, error)) (sent, received int64, err error) {
-	t := &tunnel{g: g, c: c, up: up, idle: g.cfg.IdleTimeout}
+	t := &tunnel{g: g, idle: g.cfg.IdleTimeout}
 	t.touch()
 	down := make(chan error, 1)
 	go func() {
