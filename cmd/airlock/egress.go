@@ -69,12 +69,12 @@ func parseHosts(flags []string) (map[string][]netip.Addr, error) {
 	hosts := map[string][]netip.Addr{}
 	for _, h := range flags {
 		name, ip, ok := strings.Cut(h, ":")
-		addr, err := netip.ParseAddr(strings.Trim(ip, "[]"))
-		if !ok || name == "" || err != nil {
+		if !ok {
 			return nil, fmt.Errorf("--add-host %q: want NAME:IP", h)
 		}
-		name = strings.TrimSuffix(strings.ToLower(name), ".")
-		hosts[name] = append(hosts[name], addr.Unmap())
+		if err := egress.AddHost(hosts, name, ip); err != nil {
+			return nil, fmt.Errorf("--add-host %q: want NAME:IP", h)
+		}
 	}
 	return hosts, nil
 }

@@ -13,11 +13,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/manager"
 	"github.com/airlock-dev/airlock/internal/policy"
 )
@@ -197,12 +197,9 @@ func (c *Config) manager() (manager.Config, int64, error) {
 	mc.EgressHosts = map[string][]netip.Addr{}
 	for name, ips := range c.EgressHosts {
 		for _, ip := range ips {
-			a, err := netip.ParseAddr(ip)
-			if err != nil {
-				return mc, 0, fmt.Errorf("config: egress_hosts.%s: %q is not an IP address", name, ip)
+			if err := egress.AddHost(mc.EgressHosts, name, ip); err != nil {
+				return mc, 0, fmt.Errorf("config: egress_hosts.%s: %v", name, err)
 			}
-			key := strings.TrimSuffix(strings.ToLower(name), ".")
-			mc.EgressHosts[key] = append(mc.EgressHosts[key], a.Unmap())
 		}
 	}
 	mc.Pools = c.Pools

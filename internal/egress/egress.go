@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 
 	"github.com/airlock-dev/airlock/internal/egress/gateway"
 	"github.com/airlock-dev/airlock/internal/egress/rules"
@@ -94,3 +95,15 @@ func (g *Gateway) SetNetwork(n policy.Network) error {
 
 // Close stops the gateway and closes every connection.
 func (g *Gateway) Close() error { return g.gw.Close() }
+
+// AddHost adds an entry to a static host map: name (any case, trailing dot
+// allowed) resolves to ip (brackets allowed; IPv4-mapped IPv6 unmapped).
+func AddHost(hosts map[string][]netip.Addr, name, ip string) error {
+	a, err := netip.ParseAddr(strings.Trim(ip, "[]"))
+	name = strings.TrimSuffix(strings.ToLower(name), ".")
+	if name == "" || err != nil {
+		return fmt.Errorf("host map entry %q -> %q: want a name and an IP address", name, ip)
+	}
+	hosts[name] = append(hosts[name], a.Unmap())
+	return nil
+}

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -155,7 +156,7 @@ func (m *Manager) Output(ctx context.Context, id, pid string, cur Cursor, follow
 	return emit(exitEvent(p, cur))
 }
 
-var errNoMore = fmt.Errorf("no more output now")
+var errNoMore = errors.New("no more output now")
 
 func exitEvent(p *proc, cur Cursor) api.OutputEvent {
 	v := p.view()

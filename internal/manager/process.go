@@ -465,7 +465,7 @@ func (m *Manager) runningProc(sb *Sandbox, p *proc) error {
 }
 
 // Stdin writes data to a process's stdin, then closes it if asked.
-func (m *Manager) Stdin(ctx context.Context, id, pid string, read func([]byte) (int, error), closeAfter bool) error {
+func (m *Manager) Stdin(ctx context.Context, id, pid string, r io.Reader, closeAfter bool) error {
 	sb, p, err := m.process(id, pid)
 	if err != nil {
 		return err
@@ -479,7 +479,7 @@ func (m *Manager) Stdin(ctx context.Context, id, pid string, read func([]byte) (
 	}
 	buf := make([]byte, 64<<10)
 	for {
-		n, rerr := read(buf)
+		n, rerr := r.Read(buf)
 		if n > 0 {
 			if err := sw.WriteStdin(ctx, buf[:n]); err != nil {
 				return fmt.Errorf("stdin: %w: %w", errdefs.ErrConflict, err)

@@ -107,18 +107,23 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) error {
 	rc := http.NewResponseController(w)
 	rc.SetWriteDeadline(time.Time{})
 	started := false
-	emit := func(ev api.OutputEvent) error {
-		if !started {
-			started = true
-			if sse {
-				w.Header().Set("Content-Type", "text/event-stream")
-				w.Header().Set("Cache-Control", "no-cache")
-			} else {
-				w.Header().Set("Content-Type", "application/x-ndjson")
-			}
-			w.Header().Set("X-Accel-Buffering", "no")
-			w.WriteHeader(http.StatusOK)
+	// start sends the status and headers, once, before the first event.
+	start := func() {
+		if started {
+			return
 		}
+		started = true
+		if sse {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Cache-Control", "no-cache")
+		} else {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+		}
+		w.Header().Set("X-Accel-Buffering", "no")
+		w.WriteHeader(http.StatusOK)
+	}
+	emit := func(ev api.OutputEvent) error {
+		start()
 		b, err := json.Marshal(ev)
 		if err != nil {
 			return err
@@ -150,14 +155,8 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) error {
 		rc.Flush()
 		return err
 	}
-	if err == nil && !started {
-		// Nothing new and the process still runs (follow=false).
-		if sse {
-			w.Header().Set("Content-Type", "text/event-stream")
-		} else {
-			w.Header().Set("Content-Type", "application/x-ndjson")
-		}
-		w.WriteHeader(http.StatusOK)
+	if err == nil {
+		start() // nothing new and the process still runs (follow=false)
 	}
 	return err
 }
@@ -171,7 +170,7 @@ func (s *Server) writeStdin(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.m.Stdin(r.Context(), id, pid, r.Body.Read, closeAfter); err != nil {
+	if err := s.m.Stdin(r.Context(), id, pid, r.Body, closeAfter); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

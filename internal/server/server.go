@@ -10,7 +10,9 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -190,35 +192,35 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 	var ae *apiError
 	var mbe *http.MaxBytesError
 	switch {
-	case asAPIError(err, &ae):
+	case errors.As(err, &ae):
 		status, code = ae.status, ae.code
-	case asMaxBytes(err, &mbe):
+	case errors.As(err, &mbe):
 		status, code = http.StatusRequestEntityTooLarge, api.CodeTooLarge
 		err = fmt.Errorf("request body larger than %d bytes", mbe.Limit)
-	case is(err, errdefs.ErrNotFound), is(err, store.ErrNotFound):
+	case errors.Is(err, errdefs.ErrNotFound): // store.ErrNotFound is the same error
 		status, code = http.StatusNotFound, api.CodeNotFound
-	case is(err, errdefs.ErrInvalid):
+	case errors.Is(err, errdefs.ErrInvalid):
 		status, code = http.StatusBadRequest, api.CodeInvalid
-	case is(err, errdefs.ErrExists):
+	case errors.Is(err, errdefs.ErrExists):
 		status, code = http.StatusConflict, api.CodeExists
-	case is(err, errdefs.ErrConflict):
+	case errors.Is(err, errdefs.ErrConflict):
 		status, code = http.StatusConflict, api.CodeConflict
-	case is(err, errdefs.ErrTooLarge):
+	case errors.Is(err, errdefs.ErrTooLarge):
 		status, code = http.StatusRequestEntityTooLarge, api.CodeTooLarge
-	case is(err, errdefs.ErrExhausted):
+	case errors.Is(err, errdefs.ErrExhausted):
 		status, code = http.StatusTooManyRequests, api.CodeExhausted
 		after := errdefs.RetryAfter(err)
 		if after <= 0 {
 			after = time.Second
 		}
 		w.Header().Set("Retry-After", fmt.Sprint(int((after+time.Second-1)/time.Second)))
-	case is(err, errdefs.ErrPermission):
+	case errors.Is(err, errdefs.ErrPermission):
 		status, code = http.StatusForbidden, api.CodeForbidden
-	case is(err, errdefs.ErrUnavailable):
+	case errors.Is(err, errdefs.ErrUnavailable):
 		status, code = http.StatusServiceUnavailable, api.CodeUnavailable
-	case is(err, errdefs.ErrNotSupported):
+	case errors.Is(err, errdefs.ErrNotSupported):
 		status, code = http.StatusNotImplemented, api.CodeNotSupported
-	case is(err, errDeadline):
+	case errors.Is(err, context.DeadlineExceeded):
 		status, code = http.StatusGatewayTimeout, api.CodeTimeout
 	}
 	s.met.Error(code)

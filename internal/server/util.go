@@ -15,13 +15,6 @@ import (
 	"github.com/airlock-dev/airlock/internal/store"
 )
 
-var errDeadline = errors.New("deadline exceeded")
-
-func is(err, target error) bool { return errors.Is(err, target) }
-
-func asAPIError(err error, ae **apiError) bool          { return errors.As(err, ae) }
-func asMaxBytes(err error, e **http.MaxBytesError) bool { return errors.As(err, e) }
-
 func badRequest(format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), errdefs.ErrInvalid)
 }
