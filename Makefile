@@ -2,7 +2,7 @@
 export CGO_ENABLED := 0
 GO ?= go
 
-.PHONY: build test unit e2e bench bench-serve serve fmt vet lint clean
+.PHONY: build test unit e2e bench bench-serve bench-egress serve fmt vet lint clean
 
 build:
 	$(GO) build -trimpath -o bin/airlock ./cmd/airlock
@@ -23,6 +23,11 @@ bench: build
 # The service: latencies through the SDK, throughput, memory per idle sandbox.
 bench-serve: build
 	$(GO) run ./cmd/airlock-bench serve -n 100 -idle 200
+
+# The egress gateway on loopback: throughput, added latency, new connections/s,
+# direct vs through the gateway (no root, no airlock binary needed).
+bench-egress:
+	$(GO) run ./cmd/airlock-bench egress
 
 # Run the daemon from the checkout (as root: /run/airlock/airlock.sock).
 serve: build

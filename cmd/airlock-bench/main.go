@@ -8,6 +8,10 @@
 //
 // (`make bench` builds bin/airlock and runs it with -n 100.)
 //
+// `airlock-bench egress` (`make bench-egress`) measures the egress gateway
+// instead: throughput, added latency and new connections per second, direct
+// and through the gateway, on loopback; see egress.go.
+//
 // # What is measured
 //
 // Part 1, end to end. Each configuration below runs /bin/true N times; a run
@@ -167,6 +171,9 @@ type report struct {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
 		os.Exit(runServe(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "egress" {
+		os.Exit(runEgress(os.Args[2:]))
 	}
 	n := flag.Int("n", 100, fmt.Sprintf("runs of each configuration (at least %d advised)", minRuns))
 	airlockPath := flag.String("airlock", "./bin/airlock", "airlock binary to measure")
