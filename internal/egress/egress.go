@@ -9,15 +9,18 @@
 package egress
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/airlock-dev/airlock/internal/egress/gateway"
 	"github.com/airlock-dev/airlock/internal/egress/rules"
+	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
 )
@@ -31,17 +34,18 @@ func Compile(n policy.Network) (*rules.Policy, error) {
 	return rules.Compile(mode, n.Allow, n.Deny)
 }
 
-// adapter makes rules.Policy a gateway.Policy.
-type adapter struct{ p *rules.Policy }
-
-func (a adapter) Host(host string, port int) gateway.Decision {
-	d := a.p.Host(host, port)
-	return gateway.Decision{Allow: d.Allow, Rule: d.Rule}
-}
-
-func (a adapter) Addr(host string, ip netip.Addr, port int) gateway.Decision {
-	d := a.p.Addr(host, ip, port)
-	return gateway.Decision{Allow: d.Allow, Rule: d.Rule}
+// compile makes the gateway's policy: n's rules, with the credentials
+// bound at start (which cannot change while the sandbox runs).
+func compile(n policy.Network, creds []*Bound) (*compiled, error) {
+	rp, err := Compile(n)
+	if err != nil {
+		return nil, err
+	}
+	hr, err := compileHTTP(n.HTTP)
+	if err != nil {
+		return nil, err
+	}
+	return &compiled{p: rp, http: hr, creds: creds}, nil
 }
 
 // Options configure Start.
@@ -54,16 +58,31 @@ type Options struct {
 	MaxBytes int64
 	Audit    func(gateway.Record)
 	Log      *slog.Logger
+	// Setup is the sandbox's CA and credentials (Prepare, Load). Without
+	// it, hosts with request rules or credentials are refused.
+	Setup *Setup
+	// UpstreamRoots verifies inspected hosts' servers (nil: the system's,
+	// which honour SSL_CERT_FILE).
+	UpstreamRoots *x509.CertPool
 }
 
 // Gateway is a running sandbox gateway.
 type Gateway struct {
-	gw *gateway.Gateway
+	gw    *gateway.Gateway
+	creds []policy.Credential // as given at start
+	bound []*Bound
 }
 
 // Start serves sb's egress listeners with the rules of n.
 func Start(sb runtime.Sandbox, n policy.Network, o Options) (*Gateway, error) {
-	rp, err := Compile(n)
+	var bound []*Bound
+	var ca *gateway.CA
+	if o.Setup != nil {
+		bound, ca = o.Setup.Creds, o.Setup.CA
+	} else if len(n.Credentials) > 0 {
+		return nil, errors.New("egress: the policy has credentials but the sandbox was not prepared for them (egress.Prepare)")
+	}
+	cp, err := compile(n, bound)
 	if err != nil {
 		return nil, err
 	}
@@ -73,23 +92,33 @@ func Start(sb runtime.Sandbox, n policy.Network, o Options) (*Gateway, error) {
 	}
 	ls := lp.Listeners()
 	gw := gateway.New(gateway.Config{
-		Sandbox: o.Sandbox, Policy: adapter{rp},
+		Sandbox: o.Sandbox, Policy: cp,
 		Resolver: &gateway.StaticResolver{Hosts: o.Hosts, Fallback: net.DefaultResolver},
 		MaxConns: o.MaxConns, MaxBytes: o.MaxBytes, Audit: o.Audit, Log: o.Log,
+		CA: ca, UpstreamRoots: o.UpstreamRoots,
 	})
 	go gw.ServeHTTP(ls[0])
 	go gw.ServeSOCKS(ls[1])
-	return &Gateway{gw: gw}, nil
+	return &Gateway{gw: gw, creds: n.Credentials, bound: bound}, nil
 }
 
 // SetNetwork replaces the rules; open connections the new rules deny are
 // closed.
+//
+// Credentials are fixed when the sandbox starts (its processes hold their
+// placeholders): n.Credentials must equal them.
 func (g *Gateway) SetNetwork(n policy.Network) error {
-	rp, err := Compile(n)
+	if !slices.EqualFunc(n.Credentials, g.creds, func(a, b policy.Credential) bool {
+		return a.Name == b.Name && a.Secret == b.Secret && a.Env == b.Env && a.Header == b.Header &&
+			a.Format == b.Format && slices.Equal(a.Hosts, b.Hosts)
+	}) {
+		return fmt.Errorf("egress: %w: credentials cannot change while the sandbox runs", errdefs.ErrInvalid)
+	}
+	cp, err := compile(n, g.bound)
 	if err != nil {
 		return fmt.Errorf("egress: %w", err)
 	}
-	g.gw.SetPolicy(adapter{rp})
+	g.gw.SetPolicy(cp)
 	return nil
 }
 

@@ -45,10 +45,25 @@ func (p *Policy) Marshal() ([]byte, error) {
 	type sec struct {
 		Deny []string `yaml:"deny,omitempty"`
 	}
+	type httpRule struct {
+		Hosts   []string `yaml:"hosts,omitempty"`
+		Methods []string `yaml:"methods,omitempty"`
+		Paths   []string `yaml:"paths,omitempty"`
+	}
+	type credential struct {
+		Name   string   `yaml:"name,omitempty"`
+		Hosts  []string `yaml:"hosts,omitempty"`
+		Secret string   `yaml:"secret,omitempty"`
+		Env    string   `yaml:"env,omitempty"`
+		Header string   `yaml:"header,omitempty"`
+		Format string   `yaml:"format,omitempty"`
+	}
 	type network struct {
-		Mode  string   `yaml:"mode,omitempty"`
-		Allow []string `yaml:"allow,omitempty"`
-		Deny  []string `yaml:"deny,omitempty"`
+		Mode        string       `yaml:"mode,omitempty"`
+		Allow       []string     `yaml:"allow,omitempty"`
+		Deny        []string     `yaml:"deny,omitempty"`
+		HTTP        []httpRule   `yaml:"http,omitempty"`
+		Credentials []credential `yaml:"credentials,omitempty"`
 	}
 	type file struct {
 		Image       string       `yaml:"image,omitempty"`
@@ -99,8 +114,14 @@ func (p *Policy) Marshal() ([]byte, error) {
 	if len(p.Seccomp.Deny) > 0 {
 		f.Seccomp = &sec{p.Seccomp.Deny}
 	}
-	if p.Network.Mode != "" || len(p.Network.Allow)+len(p.Network.Deny) > 0 {
-		f.Network = &network{p.Network.Mode, p.Network.Allow, p.Network.Deny}
+	if n := p.Network; n.Mode != "" || len(n.Allow)+len(n.Deny)+len(n.HTTP)+len(n.Credentials) > 0 {
+		f.Network = &network{Mode: n.Mode, Allow: n.Allow, Deny: n.Deny}
+		for _, r := range n.HTTP {
+			f.Network.HTTP = append(f.Network.HTTP, httpRule(r))
+		}
+		for _, c := range n.Credentials {
+			f.Network.Credentials = append(f.Network.Credentials, credential(c))
+		}
 	}
 	return yaml.Marshal(&f)
 }

@@ -134,7 +134,9 @@ var (
 	resourceKeys   = []string{"memory", "swap", "pids", "cpu", "timeout", "disk", "tmp", "shm", "nofile", "fsize"}
 	environKeys    = []string{"set", "pass"}
 	seccompKeys    = []string{"deny"}
-	networkKeys    = []string{"mode", "allow", "deny"}
+	networkKeys    = []string{"mode", "allow", "deny", "http", "credentials"}
+	httpRuleKeys   = []string{"hosts", "methods", "paths"}
+	credentialKeys = []string{"name", "hosts", "secret", "env", "header", "format"}
 )
 
 func (d *decoder) top(n *yaml.Node) error {
@@ -170,9 +172,43 @@ func (d *decoder) top(n *yaml.Node) error {
 					if name == "deny" {
 						dst = &p.Network.Deny
 					}
+					return d.strings(v, k, dst)
+				case "http":
 					return d.list(v, k, func(k string, item *yaml.Node) error {
-						s, err := d.str(item, k)
-						*dst = append(*dst, s)
+						var r HTTPRule
+						err := d.mapping(item, k, httpRuleKeys, func(k, name string, v *yaml.Node) error {
+							switch name {
+							case "hosts":
+								return d.strings(v, k, &r.Hosts)
+							case "methods":
+								return d.strings(v, k, &r.Methods)
+							}
+							return d.strings(v, k, &r.Paths)
+						})
+						p.Network.HTTP = append(p.Network.HTTP, r)
+						return err
+					})
+				case "credentials":
+					return d.list(v, k, func(k string, item *yaml.Node) error {
+						var c Credential
+						err := d.mapping(item, k, credentialKeys, func(k, name string, v *yaml.Node) (err error) {
+							switch name {
+							case "hosts":
+								return d.strings(v, k, &c.Hosts)
+							case "name":
+								c.Name, err = d.str(v, k)
+							case "secret":
+								c.Secret, err = d.str(v, k)
+							case "env":
+								c.Env, err = d.str(v, k)
+							case "header":
+								c.Header, err = d.str(v, k)
+							case "format":
+								c.Format, err = d.str(v, k)
+							}
+							return err
+						})
+						p.Network.Credentials = append(p.Network.Credentials, c)
 						return err
 					})
 				}
@@ -437,6 +473,15 @@ func (d *decoder) list(n *yaml.Node, key string, fn func(key string, item *yaml.
 
 // str returns the text of a scalar. Numbers and booleans are taken as
 // written ("0755" stays "0755"); null is an error.
+// strings appends a list of strings to dst.
+func (d *decoder) strings(n *yaml.Node, key string, dst *[]string) error {
+	return d.list(n, key, func(k string, item *yaml.Node) error {
+		s, err := d.str(item, k)
+		*dst = append(*dst, s)
+		return err
+	})
+}
+
 func (d *decoder) str(n *yaml.Node, key string) (string, error) {
 	orig := n
 	n = deref(n)

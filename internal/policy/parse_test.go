@@ -42,7 +42,20 @@ environment:
   set: {FOO: bar, PATH: /usr/bin:/bin, MODE: 0755, EMPTY: ""}
   pass: [TERM, GITHUB_TOKEN]
 network:
-  mode: none
+  mode: allowlist
+  allow: [api.github.com, "@pypi"]
+  deny: [evil.example]
+  http:
+    - hosts: [api.github.com]
+      methods: [GET, HEAD]
+      paths: [/repos/]
+  credentials:
+    - name: github
+      hosts: [api.github.com]
+      secret: env:GH_TOKEN
+      env: GH_PLACEHOLDER
+      header: Authorization
+      format: "Bearer {secret}"
 `
 
 func TestParseFull(t *testing.T) {
@@ -72,7 +85,12 @@ func TestParseFull(t *testing.T) {
 			Set:  map[string]string{"FOO": "bar", "PATH": "/usr/bin:/bin", "MODE": "0755", "EMPTY": ""},
 			Pass: []string{"TERM", "GITHUB_TOKEN"},
 		},
-		Network: Network{Mode: "none"},
+		Network: Network{
+			Mode: "allowlist", Allow: []string{"api.github.com", "@pypi"}, Deny: []string{"evil.example"},
+			HTTP: []HTTPRule{{Hosts: []string{"api.github.com"}, Methods: []string{"GET", "HEAD"}, Paths: []string{"/repos/"}}},
+			Credentials: []Credential{{Name: "github", Hosts: []string{"api.github.com"}, Secret: "env:GH_TOKEN",
+				Env: "GH_PLACEHOLDER", Header: "Authorization", Format: "Bearer {secret}"}},
+		},
 		Source:  "agent.yaml",
 	}
 	if !samePolicy(p, &want) {
@@ -212,7 +230,7 @@ func TestParseErrors(t *testing.T) {
 		{"\nresources:\n  memory: 1G\n  swap: 0\n  pids: 5\n  cpu: 1\n  memroy: 1G", "agent.yaml:7: resources.memroy: unknown key (known: memory, swap, pids, cpu, timeout, disk, tmp, shm, nofile, fsize)"},
 		{"environment:\n  sett: {A: b}", "agent.yaml:2: environment.sett: unknown key (known: set, pass)"},
 		{"seccomp:\n  allow: [read]", "agent.yaml:2: seccomp.allow: unknown key (known: deny)"},
-		{"network:\n  mode: none\n  allowed: [example.com]", "agent.yaml:3: network.allowed: unknown key (known: mode, allow, deny)"},
+		{"network:\n  mode: none\n  allowed: [example.com]", "agent.yaml:3: network.allowed: unknown key (known: mode, allow, deny, http, credentials)"},
 		{"? |\n  multi\n  line\n: 1", `agent.yaml:1: "multi\nline\n": unknown key`},
 		{"environment:\n  set:\n    \"A\\nB\": 1\n    \"A\\nB\": 2", `agent.yaml:4: environment.set."A\nB": duplicate key`},
 		{"a: &x {b: 1}\n<<: *x", "agent.yaml:1: a: unknown key"},
@@ -313,6 +331,23 @@ func TestParseErrors(t *testing.T) {
 		{"environment:\n  set:\n    A: \"x\\0y\"", "agent.yaml:3: environment.set.A: value contains a NUL byte"},
 		{"environment:\n  pass: [TERM, 'A=B']", `agent.yaml:2: environment.pass[1]: invalid variable name "A=B"`},
 		{"environment:\n  set: {TERM: x}\n  pass:\n    - TERM", `agent.yaml:4: environment.pass[0]: "TERM" is also in environment.set`},
+
+		// network: request rules and credentials
+		{"network:\n  http:\n    - hosts: [10.0.0.1]", `agent.yaml:3: network.http[0].hosts[0]: "10.0.0.1" is an address: request rules and credentials apply to names only`},
+		{"network:\n  http:\n    - methods: [GET]", "agent.yaml:3: network.http[0].hosts: no hosts"},
+		{"network:\n  http:\n    - hosts: [a.example]\n      paths: [repos]", `agent.yaml:4: network.http[0].paths[0]: invalid path prefix "repos"`},
+		{"network:\n  http:\n    - hosts: [a.example]\n      paths: [/a/../b]", `agent.yaml:4: network.http[0].paths[0]: invalid path prefix "/a/../b"`},
+		{"network:\n  http:\n    - hosts: [a.example]\n      methods: ['GET /']", `agent.yaml:4: network.http[0].methods[0]: invalid method "GET /"`},
+		{"network:\n  http:\n    - hosts: [a.example]\n      verbs: [GET]", "agent.yaml:4: network.http[0].verbs: unknown key"},
+		{"network:\n  credentials:\n    - hosts: [a.example]\n      env: T", "agent.yaml:3: network.credentials[0].secret: missing"},
+		{"network:\n  credentials:\n    - hosts: [a.example]\n      secret: vault:x\n      env: T", `agent.yaml:4: network.credentials[0].secret: unknown source "vault"`},
+		{"network:\n  credentials:\n    - hosts: [a.example]\n      secret: file:rel/x\n      env: T", `agent.yaml:4: network.credentials[0].secret: file "rel/x": want an absolute path`},
+		{"network:\n  credentials:\n    - hosts: [a.example]\n      secret: env:T", "agent.yaml:3: network.credentials[0]: neither env nor header"},
+		{"network:\n  credentials:\n    - hosts: ['*.com']\n      secret: env:T\n      env: T", `agent.yaml:3: network.credentials[0].hosts[0]: egress rule "*.com"`},
+		{"environment:\n  set: {T: x}\nnetwork:\n  credentials:\n    - hosts: [a.example]\n      secret: env:T\n      env: T", "agent.yaml:7: network.credentials[0].env: T is also set by environment"},
+		{"network:\n  credentials:\n    - {hosts: [a.example], secret: env:T, env: T}\n    - {hosts: [b.example], secret: env:U, env: T}", "agent.yaml:4: network.credentials[1].env: T holds the placeholder of an earlier credential"},
+		{"network:\n  credentials:\n    - {hosts: [a.example], secret: env:T, header: 'X Y'}", `agent.yaml:3: network.credentials[0].header: invalid header name "X Y"`},
+		{"network:\n  credentials:\n    - {hosts: [a.example], secret: env:T, header: X-Key, format: 'Bearer'}", `agent.yaml:3: network.credentials[0].format: format "Bearer": want a header value containing {secret}`},
 
 		// YAML syntax, documents
 		{"image: /a\n---\nimage: /b", `agent.yaml:2: multiple YAML documents in one policy file`},

@@ -106,6 +106,38 @@ type Network struct {
 	// wildcards, IP literals and CIDRs, or @preset names (Allow only).
 	// Deny wins.
 	Allow, Deny []string
+	// HTTP are request rules (methods, path prefixes) for the hosts they
+	// name. Those hosts, and the hosts of Credentials, are inspected: the
+	// gateway terminates their TLS with a CA of the sandbox's own.
+	HTTP []HTTPRule
+	// Credentials are secrets held outside the sandbox and added by the
+	// gateway to requests to the hosts they are bound to.
+	Credentials []Credential
+}
+
+// HTTPRule allows requests to Hosts by method and path. A request to a
+// host some rules name must match one of them.
+type HTTPRule struct {
+	Hosts   []string // HOST[:PORT] patterns: names and *.wildcards, no IPs
+	Methods []string // allowed methods (GET, HEAD, ...); none: any
+	Paths   []string // allowed path prefixes ("/repos/", "/user"); none: any
+}
+
+// Credential binds a secret to hosts. The sandbox sees a placeholder in
+// Env; the gateway swaps the placeholder for the secret in the headers and
+// query of HTTPS requests to Hosts (Basic authorization included), and
+// sets Header to Format when Header is given. Requests to any other host
+// keep the placeholder.
+type Credential struct {
+	Name  string   // shown in the audit; default: Env, or Header
+	Hosts []string // HOST[:PORT] patterns: names and *.wildcards, no IPs
+	// Secret says where the value is: "env:VAR" (airlock's environment),
+	// "file:PATH" (a host file), or a bare name (a secret of `airlock
+	// serve`'s configuration).
+	Secret string
+	Env    string // sandbox variable holding the placeholder
+	Header string // header to set on every request to Hosts
+	Format string // Header's value; "{secret}" stands for the secret (default "{secret}")
 }
 
 // Network modes.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -305,6 +306,91 @@ func (p *Policy) validateNetwork() error {
 	for i, r := range p.Network.Deny {
 		if _, err := rules.Compile(string(rules.ModeAllowlist), nil, []string{r}); err != nil {
 			return p.errAt(fmt.Sprintf("network.deny[%d]", i), "%v", err)
+		}
+	}
+	if err := p.validateHTTPRules(); err != nil {
+		return err
+	}
+	return p.validateCredentials()
+}
+
+// inspectedHosts checks the host patterns of an HTTP rule or a
+// credential: names and wildcards only (an address has no name to check a
+// server's certificate against).
+func (p *Policy) inspectedHosts(key string, hosts []string) error {
+	if len(hosts) == 0 {
+		return p.errAt(key, "no hosts: name the hosts this applies to")
+	}
+	for j, h := range hosts {
+		pat, err := rules.ParsePattern(h)
+		if err != nil {
+			return p.errAt(fmt.Sprintf("%s[%d]", key, j), "%v", err)
+		}
+		if !pat.IsName() {
+			return p.errAt(fmt.Sprintf("%s[%d]", key, j), "%q is an address: request rules and credentials apply to names only", h)
+		}
+	}
+	return nil
+}
+
+func (p *Policy) validateHTTPRules() error {
+	for i, r := range p.Network.HTTP {
+		key := fmt.Sprintf("network.http[%d]", i)
+		if err := p.inspectedHosts(key+".hosts", r.Hosts); err != nil {
+			return err
+		}
+		for j, m := range r.Methods {
+			if m == "" || strings.Trim(strings.ToUpper(m), "ABCDEFGHIJKLMNOPQRSTUVWXYZ-") != "" {
+				return p.errAt(fmt.Sprintf("%s.methods[%d]", key, j), "invalid method %q (want a name like GET)", m)
+			}
+		}
+		for j, path := range r.Paths {
+			if !strings.HasPrefix(path, "/") || strings.ContainsAny(path, "?#\x00") || strings.Contains(path, "/../") || strings.HasSuffix(path, "/..") {
+				return p.errAt(fmt.Sprintf("%s.paths[%d]", key, j), "invalid path prefix %q (want an absolute path such as /repos/, without a query or dot segments)", path)
+			}
+		}
+	}
+	return nil
+}
+
+func (p *Policy) validateCredentials() error {
+	envs := map[string]bool{}
+	for i, c := range p.Network.Credentials {
+		key := fmt.Sprintf("network.credentials[%d]", i)
+		if err := p.inspectedHosts(key+".hosts", c.Hosts); err != nil {
+			return err
+		}
+		kind, ref, _ := strings.Cut(c.Secret, ":")
+		switch {
+		case c.Secret == "":
+			return p.errAt(key+".secret", "missing: say where the secret is (env:VAR, file:PATH, or the name of a secret of airlock serve)")
+		case strings.Contains(c.Secret, ":") && kind != "env" && kind != "file":
+			return p.errAt(key+".secret", "unknown source %q (want env:VAR, file:PATH, or a name)", kind)
+		case strings.Contains(c.Secret, ":") && ref == "":
+			return p.errAt(key+".secret", "%q names nothing", c.Secret)
+		case kind == "file" && !filepath.IsAbs(ref):
+			return p.errAt(key+".secret", "file %q: want an absolute path", ref)
+		}
+		if c.Env == "" && c.Header == "" {
+			return p.errAt(key, "neither env nor header: the secret would never be used (set env to give the sandbox a placeholder, header to add it to every request)")
+		}
+		if c.Env != "" {
+			if err := validEnvName(c.Env); err != "" {
+				return p.errAt(key+".env", "invalid variable name %q: %s", c.Env, err)
+			}
+			if envs[c.Env] {
+				return p.errAt(key+".env", "%s holds the placeholder of an earlier credential", c.Env)
+			}
+			envs[c.Env] = true
+			if _, ok := p.Environment.Set[c.Env]; ok || slices.Contains(p.Environment.Pass, c.Env) {
+				return p.errAt(key+".env", "%s is also set by environment: the sandbox must see only the placeholder", c.Env)
+			}
+		}
+		if c.Header != "" && (strings.Trim(strings.ToLower(c.Header), "abcdefghijklmnopqrstuvwxyz0123456789-_") != "" || len(c.Header) > 128) {
+			return p.errAt(key+".header", "invalid header name %q", c.Header)
+		}
+		if c.Format != "" && (c.Header == "" || !strings.Contains(c.Format, "{secret}") || strings.ContainsAny(c.Format, "\r\n\x00")) {
+			return p.errAt(key+".format", "format %q: want a header value containing {secret}, with header set", c.Format)
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"io"
 	"log/slog"
@@ -61,6 +62,9 @@ type Record struct {
 	Addr    string
 	Allowed bool
 	Rule    string // the rule or reason that decided
+	// Credential names the credentials the gateway added to an
+	// intercepted request (never their values).
+	Credential string
 	// BytesUp and BytesDown count payload relayed: tunnel bytes after the
 	// handshake, or request and response bodies for plain HTTP.
 	BytesUp, BytesDown int64
@@ -92,6 +96,13 @@ type Config struct {
 	// per plain-HTTP request, after it ends. It must not block for long.
 	Audit func(Record)
 	Log   *slog.Logger // nil discards
+	// CA signs the certificates shown to the sandbox for the hosts the
+	// policy intercepts (see Interceptor). Without one, a connection to an
+	// intercepted host is refused: its rules could not be enforced.
+	CA *CA
+	// UpstreamRoots verifies the servers of intercepted hosts; nil means
+	// the system's roots.
+	UpstreamRoots *x509.CertPool
 }
 
 // Gateway is one sandbox's egress proxy. It is safe for concurrent use.

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,9 +27,18 @@ const (
 // serveHTTPConn serves one client connection of the HTTP proxy: plain-HTTP
 // requests, each decided and audited on its own, possibly ending with a
 // CONNECT that turns the connection into a tunnel.
-func (g *Gateway) serveHTTPConn(c *conn) {
-	br := bufio.NewReaderSize(c.Conn, maxHead)
-	bw := bufio.NewWriterSize(c.Conn, 4<<10)
+func (g *Gateway) serveHTTPConn(c *conn) { g.serveRequests(c, c.Conn, nil) }
+
+// serveRequests reads requests from rw until the connection ends: proxy
+// requests from the sandbox (ix nil), or the requests inside an
+// intercepted TLS tunnel.
+func (g *Gateway) serveRequests(c *conn, rw io.ReadWriter, ix *intercepted) {
+	br := bufio.NewReaderSize(rw, maxHead)
+	bw := bufio.NewWriterSize(rw, 4<<10)
+	proto := "http"
+	if ix != nil {
+		proto = "https"
+	}
 	for first := true; ; first = false {
 		wait := g.cfg.IdleTimeout
 		if first {
@@ -37,7 +47,7 @@ func (g *Gateway) serveHTTPConn(c *conn) {
 		c.SetReadDeadline(time.Now().Add(wait))
 		if _, err := br.Peek(1); err != nil {
 			if first && c.refuse != "" {
-				g.audit(Record{Time: time.Now(), Proto: "http", Rule: c.refuse, Error: "refused: no request within " + wait.String()})
+				g.audit(Record{Time: time.Now(), Proto: proto, Rule: c.refuse, Error: "refused: no request within " + wait.String()})
 			}
 			return
 		}
@@ -45,7 +55,10 @@ func (g *Gateway) serveHTTPConn(c *conn) {
 		c.SetReadDeadline(start.Add(g.headerTimeout(c)))
 		req, hosts, headLen, err := readRequest(br)
 		if err != nil {
-			rec := Record{Time: start, Proto: "http", Rule: c.refuse, Error: "bad request: " + err.Error(), Duration: time.Since(start)}
+			rec := Record{Time: start, Proto: proto, Rule: c.refuse, Error: "bad request: " + err.Error(), Duration: time.Since(start)}
+			if ix != nil {
+				rec.Host, rec.Port = ix.tg.host, ix.tg.port
+			}
 			status := http.StatusBadRequest
 			if errors.Is(err, errHeadTooLarge) {
 				status = http.StatusRequestHeaderFieldsTooLarge
@@ -59,11 +72,11 @@ func (g *Gateway) serveHTTPConn(c *conn) {
 			return
 		}
 		c.SetReadDeadline(time.Time{})
-		if req.Method == http.MethodConnect {
+		if req.Method == http.MethodConnect && ix == nil {
 			g.handleConnect(c, br, bw, req, start)
 			return
 		}
-		if !g.handlePlain(c, bw, req, hosts, headLen, start) {
+		if !g.handleHTTP(c, ix, bw, req, hosts, headLen, start) {
 			return
 		}
 	}
@@ -158,6 +171,15 @@ func (g *Gateway) handleConnect(c *conn, br *bufio.Reader, bw *bufio.Writer, req
 		return
 	}
 	c.SetWriteDeadline(time.Time{})
+	if g.interceptFor(tg) != nil {
+		data, err := g.readHello(c, br, tg)
+		if err != nil {
+			endTunnel(&rec, c, 0, 0, err)
+			return
+		}
+		g.interceptTLS(c, &rec, tg, v, data)
+		return
+	}
 	data, later, err := g.readClientFirst(c, br, tg)
 	if err != nil {
 		endTunnel(&rec, c, 0, 0, err)
@@ -321,11 +343,18 @@ func stripHop(h http.Header) {
 	}
 }
 
-// handlePlain proxies one absolute-URI request; false ends the client
-// connection. The request's head (headLen bytes as read) is charged to the
-// byte budget with its body: it carries the URL and headers upstream.
-func (g *Gateway) handlePlain(c *conn, bw *bufio.Writer, req *http.Request, hosts []string, headLen int, start time.Time) (keep bool) {
+// handleHTTP proxies one request; false ends the client connection. With
+// ix nil it is a plain-HTTP proxy request (absolute URI); otherwise a
+// request read inside an intercepted TLS tunnel (origin form), sent
+// upstream over TLS with the host's credentials. The request's head
+// (headLen bytes as read) is charged to the byte budget with its body: it
+// carries the URL and headers upstream.
+func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *http.Request, hosts []string, headLen int, start time.Time) (keep bool) {
 	rec := Record{Time: start, Proto: "http", Method: req.Method}
+	defPort := "80"
+	if ix != nil {
+		rec.Proto, defPort = "https", "443"
+	}
 	defer func() {
 		rec.Duration = time.Since(start)
 		g.audit(rec)
@@ -339,30 +368,46 @@ func (g *Gateway) handlePlain(c *conn, bw *bufio.Writer, req *http.Request, host
 		g.writeText(c, bw, status, rule, text, !k, head)
 		return k
 	}
-	u := req.URL
-	if !u.IsAbs() || u.Host == "" {
-		rec.Error = "not a proxy request"
-		return refuse(http.StatusBadRequest, "", "airlock egress: not a proxy request: send an absolute URI (GET http://host/path) or use CONNECT")
-	}
-	if u.Scheme != "http" {
-		rec.Host, rec.Error = cleanRule(u.Host), "scheme "+u.Scheme
-		return refuse(http.StatusBadRequest, "", fmt.Sprintf("airlock egress: cannot proxy %q URLs: use CONNECT for https", cleanRule(u.Scheme)))
+	var u *url.URL
+	var tg target
+	if ix == nil {
+		u = req.URL
+		if !u.IsAbs() || u.Host == "" {
+			rec.Error = "not a proxy request"
+			return refuse(http.StatusBadRequest, "", "airlock egress: not a proxy request: send an absolute URI (GET http://host/path) or use CONNECT")
+		}
+		if u.Scheme != "http" {
+			rec.Host, rec.Error = cleanRule(u.Host), "scheme "+u.Scheme
+			return refuse(http.StatusBadRequest, "", fmt.Sprintf("airlock egress: cannot proxy %q URLs: use CONNECT for https", cleanRule(u.Scheme)))
+		}
+		var err error
+		if tg, err = authorityTarget(u.Host, defPort); err != nil {
+			rec.Host, rec.Error = cleanRule(u.Host), err.Error()
+			return refuse(http.StatusBadRequest, "", "airlock egress: bad request target: "+err.Error())
+		}
+	} else {
+		tg = ix.tg
+		rec.Host, rec.Port = tg.host, tg.port
+		if req.URL.IsAbs() || req.URL.Host != "" || !strings.HasPrefix(req.URL.Path, "/") {
+			rec.Error = "not an origin-form request"
+			return refuse(http.StatusBadRequest, "", "airlock egress: inside a tunnel, send requests as GET /path (origin form)")
+		}
+		u = &url.URL{Scheme: "https", Host: authority(tg, 443), Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery}
+		if len(hosts) == 0 && req.ProtoAtLeast(1, 1) {
+			rec.Error = "no Host header"
+			return refuse(http.StatusBadRequest, "", "airlock egress: an HTTP/1.1 request needs a Host header")
+		}
 	}
 	rec.Path = u.EscapedPath() // ASCII: no control characters in the audit
 	if len(rec.Path) > maxPath {
 		rec.Path = rec.Path[:maxPath]
-	}
-	tg, err := authorityTarget(u.Host, "80")
-	if err != nil {
-		rec.Host, rec.Error = cleanRule(u.Host), err.Error()
-		return refuse(http.StatusBadRequest, "", "airlock egress: bad request target: "+err.Error())
 	}
 	rec.Host, rec.Port = tg.host, tg.port
 	switch {
 	case len(hosts) > 1:
 		rec.Error = "several Host headers"
 		return refuse(http.StatusBadRequest, "", "airlock egress: several Host headers")
-	case len(hosts) == 1 && !sameAuthority(hosts[0], tg):
+	case len(hosts) == 1 && !sameAuthority(hosts[0], tg, defPort):
 		rec.Rule = "host header mismatch"
 		return refuse(http.StatusForbidden, rec.Rule, denialText(tg, fmt.Sprintf("host header mismatch: the Host header names %q", cleanRule(hosts[0]))))
 	}
@@ -371,9 +416,28 @@ func (g *Gateway) handlePlain(c *conn, bw *bufio.Writer, req *http.Request, host
 		g.writeRefusal(c, bw, tg, c.refuse, head)
 		return false
 	}
-	v := g.check(c.ctx, tg)
-	if !g.answerVerdict(c, bw, &rec, tg, v, keep && !hasBody) {
-		return keep && !hasBody
+	var v verdict
+	if ix == nil {
+		v = g.check(c.ctx, tg)
+		if !g.answerVerdict(c, bw, &rec, tg, v, keep && !hasBody) {
+			return keep && !hasBody
+		}
+	} else {
+		v = ix.v // checked when the tunnel was opened; SetPolicy re-decides it
+		rec.Allowed, rec.Rule = true, v.rule
+	}
+	// Request rules (methods, paths) of an inspected host: for plain HTTP
+	// and inside intercepted tunnels alike.
+	var l7 string
+	icpt := g.interceptFor(tg)
+	if icpt != nil {
+		d := icpt.Request(req.Method, u.EscapedPath())
+		if !d.Allow {
+			rule := ruleOr(d.Rule, "request not allowed")
+			rec.Allowed, rec.Rule = false, rule
+			return refuse(http.StatusForbidden, rule, fmt.Sprintf("airlock egress: denied %s %s%s: %s", cleanRule(req.Method), tg, rec.Path, cleanRule(rule)))
+		}
+		l7 = d.Rule
 	}
 
 	if !g.reserve(headLen) {
@@ -398,20 +462,47 @@ func (g *Gateway) handlePlain(c *conn, bw *bufio.Writer, req *http.Request, host
 	}
 	out.URL.User = nil
 	stripHop(out.Header)
+	if ix != nil && icpt != nil {
+		// Credentials go upstream over TLS only, to the host they are
+		// bound to (the tunnel's, whose SNI and Host header were checked).
+		rec.Credential = strings.Join(icpt.Inject(out.Header, out.URL), ",")
+	}
 	out.Header.Del("Expect") // answered here, below
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header["User-Agent"] = []string{""} // do not add Go's
 	}
 	var body *reqBody
 	if hasBody {
-		body = &reqBody{g: g, c: c, src: req.Body, touch: touch,
+		var client io.Writer = c.Conn
+		if ix != nil {
+			client = ix.client
+		}
+		body = &reqBody{g: g, c: c, w: client, src: req.Body, touch: touch,
 			expect: req.ProtoAtLeast(1, 1) && strings.EqualFold(req.Header.Get("Expect"), "100-continue")}
 		out.Body, out.ContentLength = body, req.ContentLength
 	}
 	out = out.WithContext(ctx)
 
 	var resp *http.Response
+	var err error
+	if ix != nil {
+		// The tunnel's own transport dials the checked addresses, over TLS
+		// to the tunnel's host; its upstream connection is reused.
+		f := &flow{c: c, host: tg.host, port: tg.port, addr: v.addrs[0].ap, gen: v.gen}
+		if d := g.track(f); !d.Allow {
+			rec.Allowed, rec.Rule = false, d.Rule
+			return refuse(http.StatusForbidden, d.Rule, denialText(tg, d.Rule))
+		}
+		defer g.untrack(f)
+		resp, err = ix.transport.RoundTrip(out)
+		if ap, ok := ix.addr.Load().(netip.AddrPort); ok {
+			rec.Addr = ap.String()
+		}
+	}
 	for i, a := range v.addrs {
+		if ix != nil {
+			break // sent above
+		}
 		rec.Addr, rec.Rule = a.ap.String(), a.rule
 		try := *out
 		try.URL = new(*out.URL)
@@ -428,6 +519,7 @@ func (g *Gateway) handlePlain(c *conn, bw *bufio.Writer, req *http.Request, host
 			break
 		}
 	}
+	rec.Rule = joinRules(rec.Rule, l7)
 	if body != nil {
 		body.stopContinue()
 	}
@@ -489,11 +581,23 @@ func (g *Gateway) handlePlain(c *conn, bw *bufio.Writer, req *http.Request, host
 
 func isChunked(te []string) bool { return len(te) > 0 && te[0] == "chunked" }
 
-// sameAuthority reports whether a Host header names tg (port 80 by
+// sameAuthority reports whether a Host header names tg (port defPort by
 // default; names compared case-insensitively, trailing dot ignored).
-func sameAuthority(h string, tg target) bool {
-	ht, err := authorityTarget(h, "80")
+func sameAuthority(h string, tg target, defPort string) bool {
+	ht, err := authorityTarget(h, defPort)
 	return err == nil && ht.host == tg.host && ht.port == tg.port
+}
+
+// authority is tg as a URL host, without the scheme's default port.
+func authority(tg target, defPort int) string {
+	h := tg.host
+	if tg.ip.Is6() {
+		h = "[" + h + "]"
+	}
+	if tg.port == defPort {
+		return h
+	}
+	return net.JoinHostPort(tg.host, strconv.Itoa(tg.port))
 }
 
 // smallBody is the largest response body sent with its head in one write.
@@ -553,6 +657,7 @@ func (g *Gateway) newTransport() *http.Transport {
 type reqBody struct {
 	g     *Gateway
 	c     *conn
+	w     io.Writer // the client, for 100 Continue
 	src   io.Reader
 	touch func()
 
@@ -599,7 +704,7 @@ func (b *reqBody) sendContinue() {
 	if b.expect && !b.contDone {
 		b.contDone = true
 		b.c.SetWriteDeadline(time.Now().Add(b.g.cfg.HeaderTimeout))
-		io.WriteString(b.c.Conn, "HTTP/1.1 100 Continue\r\n\r\n")
+		io.WriteString(b.w, "HTTP/1.1 100 Continue\r\n\r\n")
 		b.c.SetWriteDeadline(time.Time{})
 	}
 }

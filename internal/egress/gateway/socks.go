@@ -88,6 +88,19 @@ func (g *Gateway) serveSOCKSConn(c *conn) {
 		return
 	}
 	rec.Allowed, rec.Rule = true, v.rule
+	if g.interceptFor(tg) != nil {
+		// Inspected: the gateway answers the TLS itself and connects per
+		// request, so nothing is dialed yet.
+		reply(repSucceeded)
+		c.SetDeadline(time.Time{})
+		hello, err := g.readHello(c, br, tg)
+		if err != nil {
+			endTunnel(&rec, c, 0, 0, err)
+			return
+		}
+		g.interceptTLS(c, &rec, tg, v, hello)
+		return
+	}
 	up, ap, err := g.dial(c.ctx, &v)
 	rec.Addr = ap.String()
 	if err != nil {
@@ -121,7 +134,7 @@ func (g *Gateway) prefixedCheck(c *conn, tg target, buffered []byte) func(*tunne
 		if err != nil {
 			return nil, &refusal{rule: "bad ClientHello", detail: err.Error()}
 		}
-		if rule := sniRule(tg, st, info); rule != "" {
+		if rule := g.helloRule(tg, st, info); rule != "" {
 			return nil, &refusal{rule: rule}
 		}
 		return data, nil

@@ -146,7 +146,7 @@ func (g *Gateway) firstBytesCheck(c *conn, tg target) func(*tunnel) ([]byte, err
 			}
 			return nil, &refusal{rule: "bad ClientHello", detail: err.Error()}
 		}
-		if rule := sniRule(tg, st, info); rule != "" {
+		if rule := g.helloRule(tg, st, info); rule != "" {
 			return nil, &refusal{rule: rule}
 		}
 		return data, nil
@@ -187,7 +187,7 @@ func (g *Gateway) readClientFirst(c *conn, r io.Reader, tg target) (data []byte,
 		}
 		return nil, false, &refusal{rule: "bad ClientHello", detail: err.Error()}
 	}
-	if rule := sniRule(tg, st, info); rule != "" {
+	if rule := g.helloRule(tg, st, info); rule != "" {
 		return nil, false, &refusal{rule: rule}
 	}
 	return data, false, nil

@@ -266,3 +266,7 @@ func (p Pattern) String() string {
 	}
 	return s
 }
+
+// IsName reports whether p matches names (a name or a wildcard) rather
+// than addresses.
+func (p Pattern) IsName() bool { return p.kind == kindName || p.kind == kindWildcard }

@@ -1,0 +1,265 @@
+package egress
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+
+	"github.com/airlock-dev/airlock/internal/egress/gateway"
+	"github.com/airlock-dev/airlock/internal/egress/rules"
+	"github.com/airlock-dev/airlock/internal/policy"
+)
+
+// compiled is a sandbox's network policy as the gateway asks it: host and
+// address rules, request rules of inspected hosts, and credentials.
+type compiled struct {
+	p     *rules.Policy
+	http  []httpRule
+	creds []*Bound
+}
+
+var _ gateway.Interceptor = (*compiled)(nil)
+
+func (c *compiled) Host(host string, port int) gateway.Decision {
+	d := c.p.Host(host, port)
+	return gateway.Decision{Allow: d.Allow, Rule: d.Rule}
+}
+
+func (c *compiled) Addr(host string, ip netip.Addr, port int) gateway.Decision {
+	d := c.p.Addr(host, ip, port)
+	return gateway.Decision{Allow: d.Allow, Rule: d.Rule}
+}
+
+// Intercept implements gateway.Interceptor.
+func (c *compiled) Intercept(host string, port int) gateway.Interception {
+	var in inspection
+	for i := range c.http {
+		if matchAny(c.http[i].hosts, host, port) {
+			in.rules = append(in.rules, &c.http[i])
+		}
+	}
+	for _, b := range c.creds {
+		if matchAny(b.hosts, host, port) {
+			in.creds = append(in.creds, b)
+		}
+	}
+	if len(in.rules)+len(in.creds) == 0 {
+		return nil
+	}
+	return &in
+}
+
+func matchAny(ps []rules.Pattern, host string, port int) bool {
+	for _, p := range ps {
+		if p.Match(host, port) {
+			return true
+		}
+	}
+	return false
+}
+
+// httpRule is a compiled policy.HTTPRule.
+type httpRule struct {
+	n       int // index in the policy, for messages
+	hosts   []rules.Pattern
+	methods []string // upper case; empty: any
+	paths   []string // empty: any
+}
+
+func compileHTTP(rs []policy.HTTPRule) ([]httpRule, error) {
+	out := make([]httpRule, 0, len(rs))
+	for i, r := range rs {
+		hr := httpRule{n: i}
+		for _, h := range r.Hosts {
+			p, err := rules.ParsePattern(h)
+			if err != nil {
+				return nil, fmt.Errorf("network.http[%d]: %w", i, err)
+			}
+			if !p.IsName() {
+				return nil, fmt.Errorf("network.http[%d]: %q is an address: request rules apply to names only", i, h)
+			}
+			hr.hosts = append(hr.hosts, p)
+		}
+		if len(hr.hosts) == 0 {
+			return nil, fmt.Errorf("network.http[%d]: no hosts", i)
+		}
+		for _, m := range r.Methods {
+			hr.methods = append(hr.methods, strings.ToUpper(m))
+		}
+		hr.paths = r.Paths
+		out = append(out, hr)
+	}
+	return out, nil
+}
+
+func (r *httpRule) String() string {
+	hosts := make([]string, len(r.hosts))
+	for i, h := range r.hosts {
+		hosts[i] = h.String()
+	}
+	s := fmt.Sprintf("http rule %d (%s", r.n, strings.Join(hosts, ","))
+	if len(r.methods) > 0 {
+		s += " " + strings.Join(r.methods, ",")
+	}
+	if len(r.paths) > 0 {
+		s += " " + strings.Join(r.paths, ",")
+	}
+	return s + ")"
+}
+
+// allows reports whether r allows a request. path is escaped, without the
+// query.
+func (r *httpRule) allows(method, path string) bool {
+	if len(r.methods) > 0 {
+		ok := false
+		for _, m := range r.methods {
+			ok = ok || m == method
+		}
+		if !ok {
+			return false
+		}
+	}
+	if len(r.paths) == 0 {
+		return true
+	}
+	for _, p := range r.paths {
+		if pathUnder(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// pathUnder reports whether path is prefix, or below it: "/repos/" covers
+// "/repos/x"; "/user" covers "/user" and "/user/keys" but not "/users".
+func pathUnder(path, prefix string) bool {
+	if !strings.HasPrefix(path, prefix) {
+		return false
+	}
+	return len(path) == len(prefix) || strings.HasSuffix(prefix, "/") || path[len(prefix)] == '/'
+}
+
+// canonicalPath decodes an escaped request path for rule matching, and
+// refuses spellings a server might read differently from the rules: dot
+// segments, encoded slashes or backslashes, empty segments, NULs.
+func canonicalPath(escaped string) (string, bool) {
+	lower := strings.ToLower(escaped)
+	if strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") || strings.Contains(escaped, "\\") {
+		return "", false
+	}
+	p, err := url.PathUnescape(escaped)
+	if err != nil || !strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) || strings.Contains(p, "//") {
+		return "", false
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == "." || seg == ".." {
+			return "", false
+		}
+	}
+	return p, true
+}
+
+// inspection is what applies to one inspected host.
+type inspection struct {
+	rules []*httpRule
+	creds []*Bound
+}
+
+// Request implements gateway.Interception: with no request rules for the
+// host, every request is allowed; otherwise one rule must allow it.
+func (in *inspection) Request(method, path string) gateway.Decision {
+	if len(in.rules) == 0 {
+		return gateway.Decision{Allow: true}
+	}
+	p := path
+	for _, r := range in.rules {
+		if len(r.paths) > 0 {
+			var ok bool
+			if p, ok = canonicalPath(path); !ok {
+				return gateway.Decision{Rule: "path not canonical: dot segments, encoded slashes and empty segments are refused where paths are ruled"}
+			}
+			break
+		}
+	}
+	for _, r := range in.rules {
+		if r.allows(method, p) {
+			return gateway.Decision{Allow: true, Rule: r.String()}
+		}
+	}
+	names := make([]string, len(in.rules))
+	for i, r := range in.rules {
+		names[i] = r.String()
+	}
+	return gateway.Decision{Rule: "no http rule allows " + method + " " + p + ": " + strings.Join(names, "; ")}
+}
+
+// Inject implements gateway.Interception.
+func (in *inspection) Inject(h http.Header, u *url.URL) []string {
+	var used []string
+	for _, b := range in.creds {
+		if b.inject(h, u) {
+			used = append(used, b.Name)
+		}
+	}
+	return used
+}
+
+// Bound is a credential ready for the gateway: its secret, the hosts it
+// may go to, and the placeholder the sandbox sees instead.
+type Bound struct {
+	Name        string
+	Env         string // sandbox variable holding the placeholder ("" for none)
+	Placeholder string
+	hosts       []rules.Pattern
+	secret      string
+	header      string
+	format      string
+}
+
+// inject puts b's secret into a request bound for one of its hosts: in
+// place of the placeholder in any header (Basic authorization decoded and
+// re-encoded) and in the query, and as Header when set.
+func (b *Bound) inject(h http.Header, u *url.URL) bool {
+	used := false
+	for k, vs := range h {
+		for i, v := range vs {
+			if nv, ok := b.swap(k, v); ok {
+				vs[i], used = nv, true
+			}
+		}
+	}
+	if strings.Contains(u.RawQuery, b.Placeholder) {
+		u.RawQuery = strings.ReplaceAll(u.RawQuery, b.Placeholder, url.QueryEscape(b.secret))
+		used = true
+	}
+	if b.header != "" {
+		f := b.format
+		if f == "" {
+			f = "{secret}"
+		}
+		h.Set(b.header, strings.ReplaceAll(f, "{secret}", b.secret))
+		used = true
+	}
+	return used
+}
+
+func (b *Bound) swap(key, v string) (string, bool) {
+	if strings.Contains(v, b.Placeholder) {
+		return strings.ReplaceAll(v, b.Placeholder, b.secret), true
+	}
+	if http.CanonicalHeaderKey(key) == "Authorization" || http.CanonicalHeaderKey(key) == "Proxy-Authorization" {
+		scheme, enc, ok := strings.Cut(v, " ")
+		if !ok || !strings.EqualFold(scheme, "Basic") {
+			return v, false
+		}
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
+		if err != nil || !strings.Contains(string(raw), b.Placeholder) {
+			return v, false
+		}
+		return scheme + " " + base64.StdEncoding.EncodeToString([]byte(strings.ReplaceAll(string(raw), b.Placeholder, b.secret))), true
+	}
+	return v, false
+}

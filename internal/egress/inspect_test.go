@@ -1,0 +1,499 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/internal/egress/gateway"
+	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/runtime"
+)
+
+// listenersOnly is a runtime.Sandbox with real listeners and nothing else:
+// Start only serves its listeners (a real sandbox is in tests/e2e).
+type listenersOnly struct {
+	runtime.Sandbox
+	ls []net.Listener
+}
+
+func (s *listenersOnly) Listeners() []net.Listener { return s.ls }
+
+// seen is what an upstream server got.
+type seen struct {
+	host, path, query string
+	header            http.Header
+}
+
+type upstream struct {
+	srv  *httptest.Server
+	port int
+	mu   sync.Mutex
+	got  []seen
+}
+
+func (u *upstream) last(t *testing.T) seen {
+	t.Helper()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.got) == 0 {
+		t.Fatal("the upstream saw no request")
+	}
+	return u.got[len(u.got)-1]
+}
+
+func (u *upstream) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.got)
+}
+
+func newUpstream(t *testing.T, cert *tls.Certificate) *upstream {
+	u := &upstream{}
+	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.got = append(u.got, seen{host: r.Host, path: r.URL.EscapedPath(), query: r.URL.RawQuery, header: r.Header.Clone()})
+		u.mu.Unlock()
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok "+r.Method+" "+r.URL.Path)
+	}))
+	if cert != nil {
+		u.srv.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}}
+		u.srv.StartTLS()
+	} else {
+		u.srv.Start()
+	}
+	t.Cleanup(u.srv.Close)
+	u.port = u.srv.Listener.Addr().(*net.TCPAddr).Port
+	return u
+}
+
+// testPKI makes a CA and a server certificate for names.
+func testPKI(t *testing.T, names ...string) (*x509.CertPool, *tls.Certificate) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caT := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "upstream test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caT, caT, caKey.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	lt := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:   time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, lt, caCert, key.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(caCert)
+	return pool, &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+type harness struct {
+	api, other, plain *upstream
+	upstreamRoots     *x509.CertPool
+	sandboxRoots      *x509.CertPool // what the sandbox trusts: the sandbox CA and the upstream CA
+	setup             *Setup
+	gw                *Gateway
+	httpAddr, socks   string
+	logs              *bytes.Buffer
+	mu                sync.Mutex
+	records           []gateway.Record
+}
+
+const testSecret = "s3cr3t-Token_value"
+
+func newHarness(t *testing.T, n policy.Network, withSetup bool) *harness {
+	t.Helper()
+	h := &harness{logs: &bytes.Buffer{}}
+	var cert *tls.Certificate
+	h.upstreamRoots, cert = testPKI(t, "api.test", "other.test")
+	h.api, h.other, h.plain = newUpstream(t, cert), newUpstream(t, cert), newUpstream(t, nil)
+	h.sandboxRoots = h.upstreamRoots.Clone()
+	t.Setenv("AIRLOCK_TEST_SECRET", testSecret)
+	var err error
+	if withSetup {
+		h.setup, err = Prepare(t.TempDir(), "test", n, filepath.Join(t.TempDir(), "none.pem"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.sandboxRoots.AddCert(h.setup.CA.Certificate())
+	}
+	var ls []net.Listener
+	for range 2 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	h.httpAddr, h.socks = ls[0].Addr().String(), ls[1].Addr().String()
+	hosts := map[string][]netip.Addr{"api.test": {netip.MustParseAddr("127.0.0.1")}, "other.test": {netip.MustParseAddr("127.0.0.1")}}
+	var logMu sync.Mutex
+	h.gw, err = Start(&listenersOnly{ls: ls}, n, Options{
+		Sandbox: "test", Hosts: hosts, Setup: h.setup, UpstreamRoots: h.upstreamRoots,
+		Log: slog.New(slog.NewTextHandler(lockedWriter{&logMu, h.logs}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Audit: func(r gateway.Record) {
+			h.mu.Lock()
+			h.records = append(h.records, r)
+			h.mu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.gw.Close() })
+	return h
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}
+
+// client is an HTTP client configured as a sandbox's would be: proxy, and
+// the roots the sandbox trusts.
+func (h *harness) client(socks bool) *http.Client {
+	pu, _ := url.Parse("http://" + h.httpAddr)
+	if socks {
+		pu, _ = url.Parse("socks5h://" + h.socks)
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		Proxy:           http.ProxyURL(pu),
+		TLSClientConfig: &tls.Config{RootCAs: h.sandboxRoots},
+	}}
+}
+
+func (h *harness) do(t *testing.T, c *http.Client, method, rawURL string, hdr map[string]string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, rawURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, rawURL, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+func (h *harness) recordsFor(host string) []gateway.Record {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []gateway.Record
+	for _, r := range h.records {
+		if r.Host == host {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func testNetwork() policy.Network {
+	return policy.Network{
+		Mode:  policy.NetworkAllowlist,
+		Allow: []string{"api.test", "other.test", "127.0.0.1"},
+		HTTP:  []policy.HTTPRule{{Hosts: []string{"api.test"}, Methods: []string{"GET", "HEAD"}, Paths: []string{"/repos/", "/user"}}},
+		Credentials: []policy.Credential{
+			{Name: "token", Hosts: []string{"api.test"}, Secret: "env:AIRLOCK_TEST_SECRET", Env: "API_TOKEN"},
+			{Name: "apikey", Hosts: []string{"api.test"}, Secret: "env:AIRLOCK_TEST_SECRET", Header: "X-Api-Key", Format: "key {secret}"},
+		},
+	}
+}
+
+func TestCredentialInjection(t *testing.T) {
+	h := newHarness(t, testNetwork(), true)
+	ph := h.setup.Env["API_TOKEN"]
+	if !strings.HasPrefix(ph, "airlock-placeholder-") || strings.Contains(ph, testSecret) {
+		t.Fatalf("placeholder %q", ph)
+	}
+	for _, socks := range []bool{false, true} {
+		c := h.client(socks)
+		// The bound host gets the secret: in place of the placeholder in a
+		// header and in the query, and as the configured header.
+		st, body, _ := h.do(t, c, "GET", fmt.Sprintf("https://api.test:%d/repos/x?key=%s&a=1", h.api.port, ph), map[string]string{"Authorization": "Bearer " + ph})
+		if st != 200 || body != "ok GET /repos/x" {
+			t.Fatalf("socks=%v: %d %q", socks, st, body)
+		}
+		got := h.api.last(t)
+		if got.header.Get("Authorization") != "Bearer "+testSecret || got.header.Get("X-Api-Key") != "key "+testSecret || got.query != "key="+testSecret+"&a=1" {
+			t.Fatalf("socks=%v: the bound upstream saw %v, query %q", socks, got.header, got.query)
+		}
+		// Any other host keeps the placeholder, and gets no added header.
+		st, _, _ = h.do(t, c, "GET", fmt.Sprintf("https://other.test:%d/repos/x?key=%s", h.other.port, ph), map[string]string{"Authorization": "Bearer " + ph})
+		if st != 200 {
+			t.Fatalf("other host: %d", st)
+		}
+		got = h.other.last(t)
+		if got.header.Get("Authorization") != "Bearer "+ph || got.header.Get("X-Api-Key") != "" || got.query != "key="+ph {
+			t.Fatalf("socks=%v: an unbound upstream saw %v, query %q", socks, got.header, got.query)
+		}
+	}
+	// Basic authorization (git over https) is decoded and re-encoded.
+	c := h.client(false)
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+ph))
+	if st, _, _ := h.do(t, c, "GET", fmt.Sprintf("https://api.test:%d/repos/y", h.api.port), map[string]string{"Authorization": basic}); st != 200 {
+		t.Fatalf("basic: %d", st)
+	}
+	if got := h.api.last(t).header.Get("Authorization"); got != "Basic "+base64.StdEncoding.EncodeToString([]byte("x-access-token:"+testSecret)) {
+		t.Fatalf("basic: upstream saw %q", got)
+	}
+	// Plain HTTP to the bound host: never the secret (it would travel in
+	// clear), but the request rules apply.
+	if st, _, _ := h.do(t, c, "GET", fmt.Sprintf("http://api.test:%d/repos/z", h.plain.port), map[string]string{"Authorization": "Bearer " + ph}); st != 200 {
+		t.Fatalf("plain: %d", st)
+	}
+	if got := h.plain.last(t).header; got.Get("Authorization") != "Bearer "+ph || got.Get("X-Api-Key") != "" {
+		t.Fatalf("plain HTTP carried the secret: %v", got)
+	}
+	if st, _, hdr := h.do(t, c, "POST", fmt.Sprintf("http://api.test:%d/repos/z", h.plain.port), nil); st != 403 || !strings.Contains(hdr.Get("X-Airlock-Rule"), "no http rule allows POST") {
+		t.Fatalf("plain POST: %d %v", st, hdr)
+	}
+
+	// The audit names the credentials, never their values; neither the
+	// records nor the gateway's log hold the secret.
+	var https []gateway.Record
+	for _, r := range h.recordsFor("api.test") {
+		if r.Proto == "https" {
+			https = append(https, r)
+		}
+		if strings.Contains(fmt.Sprintf("%+v", r), testSecret) {
+			t.Fatalf("a record holds the secret: %+v", r)
+		}
+	}
+	if len(https) != 3 || https[0].Credential != "token,apikey" || https[0].Path != "/repos/x" || !https[0].Allowed || https[0].Addr == "" {
+		t.Fatalf("https records: %+v", https)
+	}
+	h.gw.Close()
+	if strings.Contains(h.logs.String(), testSecret) {
+		t.Fatal("the gateway's log holds the secret")
+	}
+	if !strings.Contains(h.logs.String(), "api.test") {
+		t.Fatal("the log is empty: the check above proves nothing")
+	}
+}
+
+func TestRequestRules(t *testing.T) {
+	h := newHarness(t, testNetwork(), true)
+	c := h.client(false)
+	base := fmt.Sprintf("https://api.test:%d", h.api.port)
+	for _, tc := range []struct {
+		method, path string
+		allowed      bool
+	}{
+		{"GET", "/repos/a/b", true},
+		{"HEAD", "/repos/a", true},
+		{"GET", "/user", true},
+		{"GET", "/user/keys", true},
+		{"POST", "/repos/a/b", false},
+		{"DELETE", "/repos/a", false},
+		{"GET", "/users", false},
+		{"GET", "/admin", false},
+		{"GET", "/repos/%2e%2e/admin", false},
+		{"GET", "/repos/..%2fadmin", false},
+		{"GET", "/repos//x", false},
+	} {
+		before := h.api.count()
+		req, _ := http.NewRequest(tc.method, base+"/", nil)
+		req.URL.RawPath, req.URL.Path = tc.path, mustUnescape(tc.path)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", tc.method, tc.path, err)
+		}
+		resp.Body.Close()
+		reached := h.api.count() > before
+		if tc.allowed != (resp.StatusCode == 200) || reached != tc.allowed {
+			t.Errorf("%s %s: status %d, reached upstream %v; want allowed=%v", tc.method, tc.path, resp.StatusCode, reached, tc.allowed)
+		}
+		if !tc.allowed && resp.Header.Get("X-Airlock-Rule") == "" {
+			t.Errorf("%s %s: a denial without the rule", tc.method, tc.path)
+		}
+	}
+	// The rules change while the sandbox runs; credentials may not.
+	n := testNetwork()
+	n.HTTP[0].Methods = append(n.HTTP[0].Methods, "POST")
+	if err := h.gw.SetNetwork(n); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := h.do(t, c, "POST", base+"/repos/a", nil); st != 200 {
+		t.Fatalf("POST after the change: %d", st)
+	}
+	n.Credentials[0].Hosts = []string{"other.test"}
+	if err := h.gw.SetNetwork(n); err == nil || !strings.Contains(err.Error(), "credentials cannot change") {
+		t.Fatalf("changing credentials: %v", err)
+	}
+	// A Host header other than the tunnel's is refused inside it.
+	req, _ := http.NewRequest("GET", base+"/repos/a", nil)
+	req.Host = "other.test"
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 || resp.Header.Get("X-Airlock-Rule") != "host header mismatch" {
+		t.Fatalf("host mismatch inside the tunnel: %d %v", resp.StatusCode, resp.Header)
+	}
+}
+
+func mustUnescape(p string) string {
+	s, err := url.PathUnescape(p)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// An IP-literal tunnel may not carry an inspected host's name in its SNI
+// (that would skip its rules); another name is fine (the control).
+func TestInspectedHostByAddress(t *testing.T) {
+	h := newHarness(t, testNetwork(), true)
+	for _, tc := range []struct {
+		sni  string
+		port int
+		ok   bool
+	}{{"other.test", h.other.port, true}, {"api.test", h.api.port, false}} {
+		conn, err := net.DialTimeout("tcp", h.httpAddr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(conn, "CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", tc.port, tc.port)
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		tc2 := tls.Client(conn, &tls.Config{ServerName: tc.sni, RootCAs: h.sandboxRoots})
+		err = tc2.Handshake()
+		if (err == nil) != tc.ok {
+			t.Fatalf("SNI %s via 127.0.0.1: handshake error %v, want ok=%v", tc.sni, err, tc.ok)
+		}
+		conn.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, r := range h.recordsFor("127.0.0.1") {
+			if !r.Allowed && strings.Contains(r.Rule, "sni names an inspected host: api.test") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no denial recorded: %+v", h.records)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Without a CA, an inspected host is refused (its rules could not be
+// enforced); other hosts work.
+func TestInspectionNeedsCA(t *testing.T) {
+	n := testNetwork()
+	n.Credentials = nil
+	h := newHarness(t, n, false)
+	c := h.client(false)
+	if _, err := c.Get(fmt.Sprintf("https://api.test:%d/repos/x", h.api.port)); err == nil {
+		t.Fatal("an inspected host was reached without a CA")
+	}
+	if st, _, _ := h.do(t, c, "GET", fmt.Sprintf("https://other.test:%d/x", h.other.port), nil); st != 200 {
+		t.Fatalf("control: %d", st)
+	}
+	if h.api.count() != 0 {
+		t.Fatal("the upstream saw a request")
+	}
+	// And credentials need a Setup.
+	if _, err := Start(&listenersOnly{}, testNetwork(), Options{}); err == nil {
+		t.Fatal("credentials without a setup started")
+	}
+}
+
+func TestPrepareAndLoad(t *testing.T) {
+	t.Setenv("AIRLOCK_TEST_SECRET", testSecret)
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base.pem")
+	os.WriteFile(base, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"), 0o644)
+	n := testNetwork()
+	s, err := Prepare(filepath.Join(dir, "sb"), "x", n, base, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, _ := os.ReadFile(filepath.Join(dir, "sb", bundleFile))
+	if !bytes.HasPrefix(bundle, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")) || !bytes.HasSuffix(bundle, s.CA.CertPEM()) {
+		t.Fatalf("bundle:\n%s", bundle)
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, "sb", caKeyFile)); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key mode %v", fi.Mode())
+	}
+	for _, f := range []string{bundleFile, caFile, placeholderFile, caKeyFile} {
+		b, _ := os.ReadFile(filepath.Join(dir, "sb", f))
+		if bytes.Contains(b, []byte(testSecret)) {
+			t.Fatalf("%s holds the secret", f)
+		}
+	}
+	l, err := Load(filepath.Join(dir, "sb"), n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.CA.Certificate().Equal(s.CA.Certificate()) || l.Env["API_TOKEN"] != s.Env["API_TOKEN"] || l.Env["SSL_CERT_FILE"] != BundlePath {
+		t.Fatal("Load does not give back what Prepare made")
+	}
+	// Every credential must resolve, or nothing starts; errors name the
+	// source, never a value.
+	for _, tc := range []struct{ secret, want string }{
+		{"env:AIRLOCK_TEST_UNSET", "is not set"},
+		{"file:/nonexistent/x", "no such file"},
+		{"github", "named secrets come from airlock serve"},
+	} {
+		n := testNetwork()
+		n.Credentials[0].Secret = tc.secret
+		if _, err := Prepare(t.TempDir(), "x", n, base, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("secret %s: %v", tc.secret, err)
+		}
+	}
+	n.Credentials[0].Secret = "github"
+	if _, err := Prepare(t.TempDir(), "x", n, base, func(name string) (string, bool) { return "v-" + name, name == "github" }); err != nil {
+		t.Errorf("named secret: %v", err)
+	}
+	t.Setenv("AIRLOCK_TEST_BAD", "a\r\nX-Evil: 1")
+	n.Credentials[0].Secret = "env:AIRLOCK_TEST_BAD"
+	if _, err := Prepare(t.TempDir(), "x", n, base, nil); err == nil || strings.Contains(err.Error(), "Evil") {
+		t.Errorf("a secret with a line break: %v", err)
+	}
+}
+

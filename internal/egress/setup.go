@@ -1,0 +1,251 @@
+package egress
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlock-dev/airlock/internal/egress/gateway"
+	"github.com/airlock-dev/airlock/internal/egress/rules"
+	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/runtime"
+)
+
+// Where a sandbox with network access finds its CA: the system bundle
+// (the host's, or the image's, with the sandbox CA added) and the CA alone.
+const (
+	BundlePath = "/etc/ssl/certs/ca-certificates.crt"
+	CAPath     = "/etc/ssl/certs/airlock-sandbox-ca.pem"
+)
+
+// TrustEnv points the TLS clients people run in sandboxes at the bundle
+// that trusts the sandbox CA: OpenSSL, Go and Python's ssl
+// (SSL_CERT_FILE), curl, requests and pip, git, Node (which adds
+// NODE_EXTRA_CA_CERTS to its own roots), Cargo, Deno and the AWS SDKs.
+func TrustEnv() map[string]string {
+	return map[string]string{
+		"SSL_CERT_FILE":       BundlePath,
+		"CURL_CA_BUNDLE":      BundlePath,
+		"REQUESTS_CA_BUNDLE":  BundlePath,
+		"PIP_CERT":            BundlePath,
+		"GIT_SSL_CAINFO":      BundlePath,
+		"CARGO_HTTP_CAINFO":   BundlePath,
+		"AWS_CA_BUNDLE":       BundlePath,
+		"NODE_EXTRA_CA_CERTS": CAPath,
+		"DENO_CERT":           CAPath,
+	}
+}
+
+// Setup is what a sandbox with network access gets from egress before it
+// starts: its CA (whose key stays outside), the files and variables that
+// make the sandbox trust it, and its credentials with their placeholders.
+type Setup struct {
+	Dir   string
+	CA    *gateway.CA
+	Creds []*Bound
+	// Binds mount the trust files into the sandbox, read-only.
+	Binds []runtime.Bind
+	// Env holds the trust variables and each credential's placeholder.
+	Env map[string]string
+}
+
+// SecretLookup finds a secret by name in `airlock serve`'s configuration.
+type SecretLookup func(name string) (value string, ok bool)
+
+// Files in a Setup's directory (outside the sandbox).
+const (
+	caFile          = "ca.pem"
+	caKeyFile       = "ca-key.pem"
+	bundleFile      = "bundle.pem"
+	placeholderFile = "placeholders.json"
+)
+
+// Prepare makes a sandbox's CA and trust files in dir (created, 0700) and
+// resolves n's credentials. baseBundle is the CA bundle the sandbox would
+// trust otherwise (missing: the CA alone). Every credential must resolve:
+// a sandbox does not start with a credential it was promised missing.
+func Prepare(dir, name string, n policy.Network, baseBundle string, lookup SecretLookup) (*Setup, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("egress setup: %w", err)
+	}
+	ca, err := gateway.NewCA(name)
+	if err != nil {
+		return nil, fmt.Errorf("egress setup: sandbox CA: %w", err)
+	}
+	key, err := ca.KeyPEM()
+	if err != nil {
+		return nil, fmt.Errorf("egress setup: sandbox CA: %w", err)
+	}
+	base, err := os.ReadFile(baseBundle)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("egress setup: CA bundle: %w", err)
+	}
+	if len(base) > 0 && base[len(base)-1] != '\n' {
+		base = append(base, '\n')
+	}
+	placeholders := map[string]string{}
+	for i := range n.Credentials {
+		placeholders[fmt.Sprint(i)] = newPlaceholder()
+	}
+	ph, _ := json.Marshal(placeholders)
+	for _, f := range []struct {
+		name string
+		data []byte
+		mode os.FileMode
+	}{
+		{caKeyFile, key, 0o600},
+		{caFile, ca.CertPEM(), 0o644},
+		{bundleFile, append(base, ca.CertPEM()...), 0o644},
+		{placeholderFile, ph, 0o600},
+	} {
+		if err := writeFile(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
+			return nil, fmt.Errorf("egress setup: %w", err)
+		}
+	}
+	return finish(dir, ca, n, placeholders, lookup)
+}
+
+// Load reads back the Setup Prepare made in dir (after a daemon restart),
+// resolving the credentials again.
+func Load(dir string, n policy.Network, lookup SecretLookup) (*Setup, error) {
+	cert, err1 := os.ReadFile(filepath.Join(dir, caFile))
+	key, err2 := os.ReadFile(filepath.Join(dir, caKeyFile))
+	ph, err3 := os.ReadFile(filepath.Join(dir, placeholderFile))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, fmt.Errorf("egress setup: %w", err)
+	}
+	ca, err := gateway.LoadCA(cert, key)
+	if err != nil {
+		return nil, err
+	}
+	var placeholders map[string]string
+	if err := json.Unmarshal(ph, &placeholders); err != nil {
+		return nil, fmt.Errorf("egress setup: %s: %w", placeholderFile, err)
+	}
+	return finish(dir, ca, n, placeholders, lookup)
+}
+
+func finish(dir string, ca *gateway.CA, n policy.Network, placeholders map[string]string, lookup SecretLookup) (*Setup, error) {
+	s := &Setup{Dir: dir, CA: ca, Env: TrustEnv(), Binds: []runtime.Bind{
+		{Source: filepath.Join(dir, bundleFile), Target: BundlePath},
+		{Source: filepath.Join(dir, caFile), Target: CAPath},
+	}}
+	for i, c := range n.Credentials {
+		b, err := bind(i, c, placeholders[fmt.Sprint(i)], lookup)
+		if err != nil {
+			return nil, err
+		}
+		s.Creds = append(s.Creds, b)
+		if b.Env != "" {
+			s.Env[b.Env] = b.Placeholder
+		}
+	}
+	return s, nil
+}
+
+func bind(i int, c policy.Credential, placeholder string, lookup SecretLookup) (*Bound, error) {
+	name := c.Name
+	for _, alt := range []string{c.Env, c.Header, fmt.Sprintf("credential %d", i)} {
+		if name == "" {
+			name = alt
+		}
+	}
+	if placeholder == "" {
+		return nil, fmt.Errorf("credential %s: no placeholder recorded", name)
+	}
+	b := &Bound{Name: name, Env: c.Env, Placeholder: placeholder, header: c.Header, format: c.Format}
+	for _, h := range c.Hosts {
+		p, err := rules.ParsePattern(h)
+		if err != nil {
+			return nil, fmt.Errorf("credential %s: %w", name, err)
+		}
+		if !p.IsName() {
+			return nil, fmt.Errorf("credential %s: %q is an address: credentials are bound to names only", name, h)
+		}
+		b.hosts = append(b.hosts, p)
+	}
+	if len(b.hosts) == 0 {
+		return nil, fmt.Errorf("credential %s: bound to no host", name)
+	}
+	v, err := resolveSecret(c.Secret, lookup)
+	if err != nil {
+		return nil, fmt.Errorf("credential %s: %w", name, err)
+	}
+	b.secret = v
+	return b, nil
+}
+
+// maxSecret bounds a secret read from a file.
+const maxSecret = 64 << 10
+
+// resolveSecret reads a secret from where src says. Errors never hold the
+// value.
+func resolveSecret(src string, lookup SecretLookup) (string, error) {
+	kind, ref, hasKind := strings.Cut(src, ":")
+	var v string
+	switch {
+	case hasKind && kind == "env":
+		var ok bool
+		if v, ok = os.LookupEnv(ref); !ok {
+			return "", fmt.Errorf("secret env:%s: $%s is not set in airlock's environment", ref, ref)
+		}
+	case hasKind && kind == "file":
+		f, err := os.Open(ref)
+		if err != nil {
+			return "", fmt.Errorf("secret file:%s: %w", ref, err)
+		}
+		b, err := io.ReadAll(io.LimitReader(f, maxSecret+1))
+		f.Close()
+		if err != nil {
+			return "", fmt.Errorf("secret file:%s: %w", ref, err)
+		}
+		if len(b) > maxSecret {
+			return "", fmt.Errorf("secret file:%s: larger than %d bytes", ref, maxSecret)
+		}
+		v = strings.TrimRight(string(b), "\r\n")
+	case hasKind:
+		return "", fmt.Errorf("secret %q: unknown source (want env:VAR, file:PATH or a name)", kind)
+	default:
+		var ok bool
+		if lookup != nil {
+			v, ok = lookup(src)
+		}
+		if !ok {
+			if lookup == nil {
+				return "", fmt.Errorf("secret %q: named secrets come from airlock serve's configuration (secrets:); here, use env:VAR or file:PATH", src)
+			}
+			return "", fmt.Errorf("secret %q: not in the daemon's configuration (secrets:)", src)
+		}
+	}
+	if v == "" {
+		return "", fmt.Errorf("secret %s: empty", src)
+	}
+	if strings.ContainsAny(v, "\r\n\x00") {
+		return "", fmt.Errorf("secret %s: contains a line break or NUL, which cannot go in a header", src)
+	}
+	return v, nil
+}
+
+func newPlaceholder() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return "airlock-placeholder-" + hex.EncodeToString(b)
+}
+
+// writeFile writes data atomically with mode.
+func writeFile(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
