@@ -496,4 +496,3 @@ func TestPrepareAndLoad(t *testing.T) {
 		t.Errorf("a secret with a line break: %v", err)
 	}
 }
-

@@ -91,7 +91,7 @@ func TestParseFull(t *testing.T) {
 			Credentials: []Credential{{Name: "github", Hosts: []string{"api.github.com"}, Secret: "env:GH_TOKEN",
 				Env: "GH_PLACEHOLDER", Header: "Authorization", Format: "Bearer {secret}"}},
 		},
-		Source:  "agent.yaml",
+		Source: "agent.yaml",
 	}
 	if !samePolicy(p, &want) {
 		t.Errorf("got  %+v\nwant %+v", *p, want)
