@@ -17,7 +17,7 @@ import (
 
 // startEgress serves the sandbox's proxy listeners with a gateway enforcing
 // the policy's network rules, logging every connection and request.
-func startEgress(sb runtime.Sandbox, p *policy.Policy, f *runFlags, stderr io.Writer) (*egress.Gateway, error) {
+func startEgress(sb runtime.Sandbox, p *policy.Policy, setup *egress.Setup, f *runFlags, stderr io.Writer) (*egress.Gateway, error) {
 	hosts, err := parseHosts(f.addHosts)
 	if err != nil {
 		return nil, err
@@ -42,7 +42,7 @@ func startEgress(sb runtime.Sandbox, p *policy.Policy, f *runFlags, stderr io.Wr
 		logw.Write(append(b, '\n'))
 		mu.Unlock()
 	}
-	return egress.Start(sb, p.Network, egress.Options{Sandbox: sb.ID(), Hosts: hosts, Audit: audit})
+	return egress.Start(sb, p.Network, egress.Options{Sandbox: sb.ID(), Hosts: hosts, Audit: audit, Setup: setup})
 }
 
 // auditLine is the JSON form of one audit record.
@@ -60,6 +60,9 @@ func auditLine(r gateway.Record) map[string]any {
 	}
 	if r.Error != "" {
 		m["error"] = r.Error
+	}
+	if r.Credential != "" {
+		m["credential"] = r.Credential
 	}
 	return m
 }

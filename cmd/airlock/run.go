@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
+	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
@@ -35,7 +36,7 @@ type runFlags struct {
 	noLandlock, noSeccomp, noCgroups           bool
 	noTTY, verbose                             bool
 	net                                        string
-	netAllow, netDeny, addHosts                []string
+	netAllow, netDeny, addHosts, secrets       []string
 	netLog                                     string
 }
 
@@ -85,6 +86,7 @@ environment is passed unless asked for.`,
 	fl.StringArrayVar(&f.netAllow, "net-allow", nil, "allow egress to HOST[:PORT] (*.domain wildcards, IPs, CIDRs, @pypi @npm @go @github); implies --net allowlist (repeatable)")
 	fl.StringArrayVar(&f.netDeny, "net-deny", nil, "deny egress to HOST[:PORT]; deny wins over allow (repeatable)")
 	fl.StringArrayVar(&f.addHosts, "add-host", nil, "NAME:IP the egress gateway resolves NAME to, before DNS (repeatable)")
+	fl.StringArrayVar(&f.secrets, "secret", nil, "VAR@HOST[,HOST...]: the sandbox sees a placeholder in $VAR; the egress gateway swaps in the value of your $VAR on HTTPS requests to HOST only (repeatable)")
 	fl.StringVar(&f.netLog, "net-log", "", "append every egress connection and request to FILE as JSON lines (default: stderr with -v)")
 	fl.BoolVar(&f.noTTY, "no-tty", false, "never allocate a terminal, even when stdin is one")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "report the isolation layers applied and setup timings")
@@ -166,6 +168,18 @@ func buildPolicy(f *runFlags) (*policy.Policy, error) {
 	}
 	p.Network.Allow = append(p.Network.Allow, f.netAllow...)
 	p.Network.Deny = append(p.Network.Deny, f.netDeny...)
+	for _, s := range f.secrets {
+		name, hosts, ok := strings.Cut(s, "@")
+		if !ok || name == "" || hosts == "" {
+			return nil, fmt.Errorf("--secret %q: want VAR@HOST[,HOST...]", s)
+		}
+		p.Network.Credentials = append(p.Network.Credentials, policy.Credential{
+			Name: name, Hosts: strings.Split(hosts, ","), Secret: "env:" + name, Env: name,
+		})
+	}
+	if len(p.Network.Credentials) > 0 && !sandbox.HasNetwork(p) {
+		return nil, errors.New("credentials (--secret, network.credentials) need network access: add --net-allow HOST or --net allowlist")
+	}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -208,6 +222,21 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 	if err != nil {
 		return fail(exitSetup, "%v", err)
 	}
+	var setup *egress.Setup
+	if sandbox.HasNetwork(p) {
+		// The sandbox's CA and credentials: files outside the sandbox,
+		// bound read-only into it, removed when the run ends.
+		dir, err := os.MkdirTemp("", "airlock-egress-")
+		if err != nil {
+			return fail(exitSetup, "egress setup: %v", err)
+		}
+		defer os.RemoveAll(dir)
+		if setup, err = egress.Prepare(dir, "run", p.Network, egress.BaseBundle(p.Image), nil); err != nil {
+			return fail(exitSetup, "%v", err)
+		}
+		spec.Binds = append(spec.Binds, setup.Binds...)
+		env = sandbox.MergeEnv(env, setup.Env)
+	}
 
 	// Signals that would kill airlock are caught from here on: forwarded to
 	// the command once it runs; one that arrives while the sandbox is being
@@ -226,7 +255,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 	created := time.Since(t0)
 	defer sb.Destroy(ctx)
 	if sandbox.HasNetwork(p) {
-		gw, err := startEgress(sb, p, f, stderr)
+		gw, err := startEgress(sb, p, setup, f, stderr)
 		if err != nil {
 			return fail(exitSetup, "egress gateway: %v", err)
 		}

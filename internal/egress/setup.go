@@ -249,3 +249,12 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// BaseBundle is the CA bundle a sandbox trusts before its CA is added:
+// its image's, or the host's.
+func BaseBundle(image string) string {
+	if image == "" {
+		image = "/"
+	}
+	return filepath.Join(image, BundlePath)
+}

@@ -136,3 +136,22 @@ func Env(p *policy.Policy, flags []string, tty bool, lookup func(string) (string
 	sort.Strings(out)
 	return out, nil
 }
+
+// MergeEnv sets the variables of add in env (a list of KEY=VALUE, as Env
+// returns), replacing any of the same name, and keeps the list sorted.
+func MergeEnv(env []string, add map[string]string) []string {
+	m := make(map[string]string, len(env)+len(add))
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	for k, v := range add {
+		m[k] = v
+	}
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -165,5 +166,76 @@ true`, w.httpPort))
 	}
 	if recs[2]["proto"] != "socks" || recs[2]["allowed"] != true {
 		t.Errorf("socks connection: %v", recs[2])
+	}
+}
+
+// TestEgressCredentials: a secret bound to api.example.com reaches its
+// server over HTTPS from curl and Python, through the sandbox CA the
+// sandbox trusts by default; the sandbox, other.example.com and the output see
+// only the placeholder. Request rules refuse a POST next to the allowed
+// GET.
+func TestEgressCredentials(t *testing.T) {
+	needRoot(t)
+	const secret = "e2e-Secret-Value-42"
+	var mu sync.Mutex
+	var seen []string // "host auth"
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := strings.Cut(r.Host, ":")
+		mu.Lock()
+		seen = append(seen, host+" "+r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		fmt.Fprintf(w, "hello %s %s", host, r.URL.Path)
+	})
+	ts := httptest.NewUnstartedServer(h)
+	ts.EnableHTTP2 = false
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	w := newEgressWorld(t)
+	os.WriteFile(w.caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o644)
+	port := strings.TrimPrefix(ts.URL[strings.LastIndex(ts.URL, ":"):], ":")
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	os.WriteFile(pol, []byte(`network:
+  mode: allowlist
+  allow: [api.example.com, other.example.com, 127.0.0.1]
+  http:
+    - hosts: [api.example.com]
+      methods: [GET]
+      paths: [/repos/]
+`), 0o644)
+	// The gateway verifies api.example.com's server with the test CA, from its
+	// own environment (Go honours SSL_CERT_FILE).
+	o := opts{env: []string{"E2E_TOKEN=" + secret, "SSL_CERT_FILE=" + w.caFile}}
+	r := sh(t, o, w.flags("--add-host", "api.example.com:127.0.0.1", "--add-host", "other.example.com:127.0.0.1", "--policy", pol, "--secret", "E2E_TOKEN@api.example.com"), fmt.Sprintf(`
+echo "env: $E2E_TOKEN"
+curl -s -m 10 -H "Authorization: Bearer $E2E_TOKEN" https://api.example.com:%[1]s/repos/curl; echo
+python3 -c "
+import os, urllib.request
+r = urllib.request.Request('https://api.example.com:%[1]s/repos/python', headers={'Authorization': 'Bearer ' + os.environ['E2E_TOKEN']})
+print(urllib.request.urlopen(r, timeout=10).read().decode())"
+curl -s -m 10 -H "Authorization: Bearer $E2E_TOKEN" --cacert /workspace/ca.pem https://other.example.com:%[1]s/other; echo
+curl -s -m 10 -o /dev/null -w 'post %%{http_code}\n' -X POST -H "Authorization: Bearer $E2E_TOKEN" https://api.example.com:%[1]s/repos/curl
+curl -s -m 10 -o /dev/null -w 'admin %%{http_code}\n' https://api.example.com:%[1]s/admin
+grep -rl -- "$E2E_TOKEN" /etc/ssl/certs/ca-certificates.crt >/dev/null && echo "placeholder in bundle"
+grep -c "BEGIN CERTIFICATE" /etc/ssl/certs/airlock-sandbox-ca.pem
+`, port))
+	mustOK(t, r, "credentials")
+	if strings.Contains(r.stdout+r.stderr, secret) {
+		t.Fatalf("the secret reached the sandbox's output:\n%s", r)
+	}
+	for _, want := range []string{"env: airlock-placeholder-", "hello api.example.com /repos/curl", "hello api.example.com /repos/python", "hello other.example.com /other", "post 403", "admin 403"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q in:\n%s", want, r.stdout)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	got := strings.Join(seen, "\n")
+	for _, want := range []string{"api.example.com GET /repos/curl Bearer " + secret, "api.example.com GET /repos/python Bearer " + secret, "other.example.com GET /other Bearer airlock-placeholder-"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the servers saw:\n%s\nwant a line %q", got, want)
+		}
+	}
+	if strings.Contains(got, "POST") || strings.Contains(got, "/admin") || strings.Count(got, secret) != 2 {
+		t.Errorf("the servers saw:\n%s", got)
 	}
 }
