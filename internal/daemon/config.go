@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -50,7 +51,11 @@ type Config struct {
 	Pools        []manager.PoolConfig `yaml:"pools"`
 	CgroupParent string               `yaml:"cgroup_parent"`
 	EgressHosts  map[string][]string  `yaml:"egress_hosts"`
-	Insecure     Insecure             `yaml:"insecure"`
+	// Secrets names the secrets policies may bind to hosts
+	// (network.credentials): name -> "env:VAR" (the daemon's environment)
+	// or "file:PATH", read when a sandbox is created.
+	Secrets  map[string]string `yaml:"secrets"`
+	Insecure Insecure          `yaml:"insecure"`
 }
 
 // Insecure opts every sandbox of the daemon out of isolation layers, by
@@ -202,6 +207,25 @@ func (c *Config) manager() (manager.Config, int64, error) {
 			}
 		}
 	}
+	for name, src := range c.Secrets {
+		kind, ref, _ := strings.Cut(src, ":")
+		if name == "" || strings.Contains(name, ":") || (kind != "env" && kind != "file") || ref == "" || (kind == "file" && !filepath.IsAbs(ref)) {
+			return mc, 0, fmt.Errorf("config: secrets.%s: %q: want a name without ':' and env:VAR or file:/absolute/path", name, src)
+		}
+	}
+	if len(c.Secrets) > 0 {
+		secrets := c.Secrets
+		mc.Secrets = func(name string) (string, error) {
+			src, ok := secrets[name]
+			if !ok {
+				return "", fmt.Errorf("secret %q: not in the daemon's configuration (secrets:)", name)
+			}
+			return egress.ResolveSecret(src, nil)
+		}
+	}
+	// Beside the runtime's state root, not in it: that root's mode is the
+	// runtime's to choose (sandbox inits traverse it).
+	mc.EgressDir = filepath.Join(filepath.Dir(c.StateDir), "egress")
 	mc.Pools = c.Pools
 	mc.CgroupParent = c.CgroupParent
 	mc.Insecure.NoLandlock, mc.Insecure.NoSeccomp, mc.Insecure.NoCgroups = c.Insecure.NoLandlock, c.Insecure.NoSeccomp, c.Insecure.NoCgroups

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/egress/gateway"
 	"github.com/airlock-dev/airlock/internal/egress/rules"
+	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
 )
@@ -56,7 +57,8 @@ type Setup struct {
 }
 
 // SecretLookup finds a secret by name in `airlock serve`'s configuration.
-type SecretLookup func(name string) (value string, ok bool)
+// Its errors must not hold the value.
+type SecretLookup func(name string) (string, error)
 
 // Files in a Setup's directory (outside the sandbox).
 const (
@@ -173,9 +175,9 @@ func bind(i int, c policy.Credential, placeholder string, lookup SecretLookup) (
 	if len(b.hosts) == 0 {
 		return nil, fmt.Errorf("credential %s: bound to no host", name)
 	}
-	v, err := resolveSecret(c.Secret, lookup)
+	v, err := ResolveSecret(c.Secret, lookup)
 	if err != nil {
-		return nil, fmt.Errorf("credential %s: %w", name, err)
+		return nil, fmt.Errorf("credential %s: %w: %w", name, err, errdefs.ErrInvalid)
 	}
 	b.secret = v
 	return b, nil
@@ -184,9 +186,9 @@ func bind(i int, c policy.Credential, placeholder string, lookup SecretLookup) (
 // maxSecret bounds a secret read from a file.
 const maxSecret = 64 << 10
 
-// resolveSecret reads a secret from where src says. Errors never hold the
-// value.
-func resolveSecret(src string, lookup SecretLookup) (string, error) {
+// ResolveSecret reads a secret from where src says: env:VAR, file:PATH,
+// or a name lookup knows. Errors never hold the value.
+func ResolveSecret(src string, lookup SecretLookup) (string, error) {
 	kind, ref, hasKind := strings.Cut(src, ":")
 	var v string
 	switch {
@@ -211,16 +213,12 @@ func resolveSecret(src string, lookup SecretLookup) (string, error) {
 		v = strings.TrimRight(string(b), "\r\n")
 	case hasKind:
 		return "", fmt.Errorf("secret %q: unknown source (want env:VAR, file:PATH or a name)", kind)
+	case lookup == nil:
+		return "", fmt.Errorf("secret %q: named secrets come from airlock serve's configuration (secrets:); here, use env:VAR or file:PATH", src)
 	default:
-		var ok bool
-		if lookup != nil {
-			v, ok = lookup(src)
-		}
-		if !ok {
-			if lookup == nil {
-				return "", fmt.Errorf("secret %q: named secrets come from airlock serve's configuration (secrets:); here, use env:VAR or file:PATH", src)
-			}
-			return "", fmt.Errorf("secret %q: not in the daemon's configuration (secrets:)", src)
+		var err error
+		if v, err = lookup(src); err != nil {
+			return "", err
 		}
 	}
 	if v == "" {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -134,6 +136,21 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 	}
 	rid := newID()
 	spec.ID = rid
+	var setup *egress.Setup
+	if sandbox.HasNetwork(p) {
+		// The sandbox's CA and credentials, before the sandbox exists: its
+		// trust files are bound into it, and a credential that cannot be
+		// resolved stops the creation.
+		defer func() {
+			if err != nil {
+				m.removeEgressDir(apiID(rid))
+			}
+		}()
+		if setup, err = egress.Prepare(m.egressDir(apiID(rid)), apiID(rid), p.Network, egress.BaseBundle(spec.Image), m.cfg.Secrets); err != nil {
+			return nil, err
+		}
+		spec.Binds = append(slices.Clip(spec.Binds), setup.Binds...)
+	}
 	now := time.Now().UTC()
 	sb := &Sandbox{
 		id: apiID(rid), spec: rec, procs: map[uint64]*proc{}, activity: now, ended: make(chan struct{}),
@@ -165,7 +182,7 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	if sandbox.HasNetwork(p) {
-		gw, err := egress.Start(rt, p.Network, egress.Options{Sandbox: sb.id, Hosts: m.cfg.EgressHosts, Audit: func(r gateway.Record) {
+		gw, err := egress.Start(rt, p.Network, egress.Options{Sandbox: sb.id, Hosts: m.cfg.EgressHosts, Setup: setup, Audit: func(r gateway.Record) {
 			m.log.Info("egress", "sandbox", r.Sandbox, "proto", r.Proto, "method", r.Method, "host", r.Host, "port", r.Port,
 				"path", r.Path, "addr", r.Addr, "allowed", r.Allowed, "rule", r.Rule, "bytes_up", r.BytesUp, "bytes_down", r.BytesDown,
 				"ms", float64(r.Duration.Microseconds())/1000)
@@ -175,7 +192,7 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 			forget()
 			return nil, fmt.Errorf("egress gateway: %w", err)
 		}
-		sb.egress = gw
+		sb.egress, sb.egressEnv = gw, setup.Env
 	}
 	sb.mu.Lock()
 	sb.rt = rt
@@ -241,4 +258,17 @@ func (m *Manager) writeFiles(ctx context.Context, rt runtime.Sandbox, files []ap
 		}
 	}
 	return nil
+}
+
+// egressDir is where a sandbox's CA and trust files live.
+func (m *Manager) egressDir(id string) string { return filepath.Join(m.cfg.EgressDir, id) }
+
+// removeEgressDir removes a sandbox's egress files (its CA key among them).
+func (m *Manager) removeEgressDir(id string) {
+	if m.cfg.EgressDir == "" {
+		return
+	}
+	if err := os.RemoveAll(m.egressDir(id)); err != nil {
+		m.log.Error("remove egress files", "sandbox", id, "err", err)
+	}
 }

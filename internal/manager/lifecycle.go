@@ -61,6 +61,7 @@ func (m *Manager) destroy(ctx context.Context, sb *Sandbox, state, reason string
 			m.log.Error("destroy sandbox", "sandbox", sb.id, "err", err)
 		}
 	}
+	m.removeEgressDir(sb.id)
 	now := time.Now().UTC()
 	sb.mu.Lock()
 	sb.rt = nil

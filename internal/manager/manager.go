@@ -23,6 +23,7 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/agent"
+	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
@@ -58,6 +59,12 @@ type Config struct {
 	// EgressHosts is the egress gateway's static host map (name -> addresses,
 	// consulted before DNS).
 	EgressHosts map[string][]netip.Addr
+	// EgressDir holds each networked sandbox's CA and trust files (outside
+	// the sandbox), one directory per sandbox id.
+	EgressDir string
+	// Secrets finds the named secrets policies bind to hosts
+	// (network.credentials); nil: none.
+	Secrets egress.SecretLookup
 
 	MaxSandboxes int           // live sandboxes (pool members included); default 100
 	MaxCreating  int           // concurrent creations; default 2×CPUs, at least 4

@@ -160,6 +160,9 @@ func (m *Manager) execRequest(sb *Sandbox, req *api.ExecRequest, tty bool) (*run
 	for k, v := range sb.spec.Env {
 		env[k] = v
 	}
+	for k, v := range sb.egressEnv {
+		env[k] = v
+	}
 	sb.mu.Unlock()
 	if len(req.Env) > maxEnv {
 		return nil, 0, invalid("env: %d variables, the limit is %d", len(req.Env), maxEnv)

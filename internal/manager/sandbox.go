@@ -16,17 +16,21 @@ import (
 type Sandbox struct {
 	id string // the API id, "sb-" + the runtime's id
 
-	mu       sync.Mutex
-	rec      store.Sandbox
-	spec     specRecord
-	rt       runtime.Sandbox // nil once final
-	egress   *egress.Gateway // serves the sandbox's proxies when its policy has network access
-	procs    map[uint64]*proc
-	running  int           // processes started and not yet exited
-	ending   bool          // being stopped, failed or deleted
-	ended    chan struct{} // closed once it is final
-	activity time.Time
-	dirty    bool // activity not yet written to the store
+	mu     sync.Mutex
+	rec    store.Sandbox
+	spec   specRecord
+	rt     runtime.Sandbox // nil once final
+	egress *egress.Gateway // serves the sandbox's proxies when its policy has network access
+	// egressEnv is what its processes need for the gateway: trust
+	// variables and credential placeholders (not stored: rebuilt from the
+	// egress directory at restart).
+	egressEnv map[string]string
+	procs     map[uint64]*proc
+	running   int           // processes started and not yet exited
+	ending    bool          // being stopped, failed or deleted
+	ended     chan struct{} // closed once it is final
+	activity  time.Time
+	dirty     bool // activity not yet written to the store
 }
 
 // specRecord is what the store keeps about how a sandbox was made (the

@@ -117,6 +117,11 @@ func apiPolicyAllowed(p *policy.Policy) error {
 	case p.Resources.Timeout != 0:
 		return invalid("policy: resources.timeout is not used by the API; use timeout_seconds")
 	}
+	for i, c := range p.Network.Credentials {
+		if strings.Contains(c.Secret, ":") {
+			return invalid("policy: network.credentials[%d].secret: %q reads the daemon's environment or files, which API callers may not choose; name a secret of the daemon's configuration (secrets:)", i, c.Secret)
+		}
+	}
 	return nil
 }
 

@@ -1,0 +1,97 @@
+//go:build linux
+
+package serve
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"encoding/pem"
+
+	"github.com/airlock-dev/airlock/api"
+)
+
+// TestEgressCredentials: a named secret of the daemon, bound by an inline
+// policy to one host, reaches that host's server over HTTPS; the sandbox
+// sees the placeholder; request rules refuse a POST; an inline policy may
+// not read the daemon's environment, and an unknown secret refuses the
+// creation and leaves nothing behind.
+func TestEgressCredentials(t *testing.T) {
+	const secret = "serve-Secret-Value-7"
+	var mu sync.Mutex
+	var seen []string
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		fmt.Fprintf(w, "hello %s", r.URL.Path)
+	}))
+	ts.EnableHTTP2 = false
+	ts.StartTLS()
+	defer ts.Close()
+	port := ts.URL[strings.LastIndex(ts.URL, ":")+1:]
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o644)
+	// The daemon verifies the upstream with the test CA (Go honours
+	// SSL_CERT_FILE) and reads the secret from its environment.
+	t.Setenv("SSL_CERT_FILE", ca)
+	t.Setenv("AIRLOCK_SERVE_TEST_TOKEN", secret)
+	d := startDaemon(t, "egress_hosts:\n  api.example.com: [127.0.0.1]\nsecrets:\n  github: env:AIRLOCK_SERVE_TEST_TOKEN\n")
+	pol := func(src string) string {
+		return fmt.Sprintf(`network:
+  mode: allowlist
+  allow: [api.example.com, 127.0.0.1]
+  http:
+    - {hosts: [api.example.com], methods: [GET]}
+  credentials:
+    - {hosts: [api.example.com], secret: %q, env: GH_TOKEN}
+`, src)
+	}
+	sb := d.create(t, &api.CreateSandboxRequest{Policy: pol("github")})
+	out := d.sh(t, sb.ID, fmt.Sprintf(`echo "$GH_TOKEN"
+curl -s -m 10 -H "Authorization: token $GH_TOKEN" https://api.example.com:%[1]s/user; echo
+curl -s -m 10 -o /dev/null -w '%%{http_code}' -X POST -H "Authorization: token $GH_TOKEN" https://api.example.com:%[1]s/user`, port))
+	lines := strings.Split(out, "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "airlock-placeholder-") || lines[1] != "hello /user" || lines[2] != "403" {
+		t.Fatalf("inside the sandbox: %q", out)
+	}
+	mu.Lock()
+	got := strings.Join(seen, "\n")
+	mu.Unlock()
+	if got != "GET /user token "+secret {
+		t.Fatalf("the server saw %q", got)
+	}
+	if strings.Contains(d.logs.String(), secret) {
+		t.Fatal("the daemon's log holds the secret")
+	}
+	egressDir := filepath.Join(filepath.Dir(d.stateDir), "egress", sb.ID)
+	if _, err := os.Stat(filepath.Join(egressDir, "ca-key.pem")); err != nil {
+		t.Fatalf("the sandbox's CA key is not where expected: %v", err)
+	}
+
+	// Refused: the daemon's environment, an unknown secret. Nothing is
+	// left behind.
+	before := d.stateEntries()
+	for _, src := range []string{"env:HOME", "file:/etc/shadow", "nope"} {
+		_, err := d.c.CreateSandbox(ctxT(t), &api.CreateSandboxRequest{Policy: pol(src)})
+		wantCode(t, "credential "+src, err, 400)
+	}
+	if after := d.stateEntries(); strings.Join(after, ",") != strings.Join(before, ",") {
+		t.Fatalf("a refused creation left state behind: %v -> %v", before, after)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(filepath.Dir(d.stateDir), "egress")); len(entries) != 1 {
+		t.Fatalf("egress dirs after refused creations: %v", entries)
+	}
+	if err := d.c.DeleteSandbox(ctxT(t), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(egressDir); !os.IsNotExist(err) {
+		t.Fatalf("the sandbox's egress files outlive it: %v", err)
+	}
+}
