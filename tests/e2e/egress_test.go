@@ -239,3 +239,89 @@ grep -c "BEGIN CERTIFICATE" /etc/ssl/certs/airlock-sandbox-ca.pem
 		t.Errorf("the servers saw:\n%s", got)
 	}
 }
+
+// TestEgressProbes: N1 with the gateway on (nothing leaves but through
+// it), N2 (a denied host's SNI inside a tunnel to an allowed one) and C7
+// (one sandbox's placeholder is worth nothing in another).
+func TestEgressProbes(t *testing.T) {
+	needRoot(t)
+	const secret = "probe-Secret-Value-9"
+	var mu sync.Mutex
+	var seen []string
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a := r.Header.Get("Authorization"); a != "" {
+			mu.Lock()
+			seen = append(seen, a)
+			mu.Unlock()
+		}
+		fmt.Fprint(w, "hello")
+	}))
+	ts.EnableHTTP2 = false
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	w := newEgressWorld(t)
+	os.WriteFile(w.caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o644)
+	port := ts.URL[strings.LastIndex(ts.URL, ":")+1:]
+	flags := w.flags("--add-host", "api.example.com:127.0.0.1", "--add-host", "denied.example.com:127.0.0.1",
+		"--net-allow", "api.example.com", "--net-allow", "127.0.0.1")
+
+	// N1: proxy variables unset, direct connections fail; the control
+	// through the proxy works.
+	r := sh(t, opts{}, flags, fmt.Sprintf(`
+curl -s -m 5 --noproxy '*' -o /dev/null https://1.1.1.1/; echo "direct ip: $?"
+curl -s -m 5 --noproxy '*' -o /dev/null http://127.0.0.1:%[2]s/; echo "direct host port: $?"
+bash -c 'echo > /dev/tcp/192.0.2.1/80' 2>/dev/null; echo "dev tcp: $?"
+curl -s -m 10 --cacert /workspace/ca.pem https://api.example.com:%[1]s/; echo " via proxy"
+`, port, w.httpPort))
+	mustOK(t, r, "N1")
+	for _, want := range []string{"direct ip: 7", "direct host port: 7", "dev tcp: 1", "hello via proxy"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("N1: missing %q in:\n%s", want, r.stdout)
+		}
+	}
+
+	// N2: a tunnel to the allowed host carrying the denied host's SNI is
+	// refused before anything reaches upstream; the same tunnel with the
+	// allowed name is the control.
+	r = sh(t, opts{}, flags, fmt.Sprintf(`python3 -c "
+import socket, ssl
+for sni in ['api.example.com', 'denied.example.com']:
+    s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
+    s.sendall(b'CONNECT api.example.com:%[1]s HTTP/1.1\r\nHost: api.example.com:%[1]s\r\n\r\n')
+    assert s.recv(4096).startswith(b'HTTP/1.1 200')
+    ctx = ssl.create_default_context(cafile='/workspace/ca.pem')
+    try:
+        t = ctx.wrap_socket(s, server_hostname=sni)
+        t.sendall(b'GET / HTTP/1.1\r\nHost: api.example.com\r\nConnection: close\r\n\r\n')
+        print(sni, 'ok', t.recv(4096).split(b'\r\n')[0].decode())
+    except (ssl.SSLError, OSError) as e:
+        print(sni, 'refused')
+"`, port))
+	mustOK(t, r, "N2")
+	if !strings.Contains(r.stdout, "api.example.com ok HTTP/1.1 200 OK") || !strings.Contains(r.stdout, "denied.example.com refused") {
+		t.Errorf("N2:\n%s", r)
+	}
+
+	// C7: sandbox A's placeholder, used by sandbox B (which has no
+	// credential, or its own), never becomes A's secret.
+	o := opts{env: []string{"PROBE_TOKEN=" + secret, "SSL_CERT_FILE=" + w.caFile}}
+	a := sh(t, o, append(flags, "--secret", "PROBE_TOKEN@api.example.com"), `echo "$PROBE_TOKEN"`)
+	mustOK(t, a, "C7 A")
+	phA := strings.TrimSpace(a.stdout)
+	b := sh(t, o, append(flags, "--secret", "PROBE_TOKEN@api.example.com"), fmt.Sprintf(`echo "$PROBE_TOKEN"
+curl -s -m 10 -H "Authorization: Bearer %[2]s" https://api.example.com:%[1]s/; echo
+curl -s -m 10 -H "Authorization: Bearer $PROBE_TOKEN" https://api.example.com:%[1]s/; echo`, port, phA))
+	mustOK(t, b, "C7 B")
+	c := sh(t, o, flags, fmt.Sprintf(`curl -s -m 10 --cacert /workspace/ca.pem -H "Authorization: Bearer %[2]s" https://api.example.com:%[1]s/`, port, phA))
+	mustOK(t, c, "C7 C")
+	if !strings.HasPrefix(phA, "airlock-placeholder-") || strings.HasPrefix(b.stdout, phA) {
+		t.Fatalf("placeholders: A %q, B %q", phA, b.stdout)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// B with A's placeholder: unchanged; B with its own: the secret
+	// (the control); C (no credential) with A's placeholder: unchanged.
+	if len(seen) != 3 || seen[0] != "Bearer "+phA || seen[1] != "Bearer "+secret || seen[2] != "Bearer "+phA {
+		t.Fatalf("the server saw %q", seen)
+	}
+}
