@@ -251,7 +251,10 @@ type NetworkEvent struct {
 	BytesUp    int64   `json:"bytes_up"`
 	BytesDown  int64   `json:"bytes_down"`
 	DurationMs float64 `json:"duration_ms"`
-	Error      string  `json:"error,omitempty"`
+	// Error says why the connection or request failed or was closed, if
+	// it was ("closed: the new policy denies it"). Not "error": in a
+	// stream, a line whose "error" is an object is the stream's error.
+	Error string `json:"error_message,omitempty"`
 }
 
 // NetworkEventsPage is the body of GET /v1/sandboxes/{id}/network: the

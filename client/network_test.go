@@ -132,7 +132,7 @@ func TestFollowNetworkReconnects(t *testing.T) {
 func TestNetworkStreamErrorLine(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-ndjson")
-		fmt.Fprintf(w, "{\"cursor\":\"1\",\"host\":\"a.test\"}\n{\"error\":{\"code\":\"not_found\",\"message\":\"gone\"}}\n")
+		fmt.Fprintf(w, "{\"cursor\":\"1\",\"host\":\"a.test\",\"error_message\":\"gateway closed\",\"error\":\"not an object\"}\n{\"error\":{\"code\":\"not_found\",\"message\":\"gone\"}}\n")
 	}))
 	defer srv.Close()
 	c, _ := New(srv.URL, "")
@@ -141,7 +141,7 @@ func TestNetworkStreamErrorLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if ev, err := s.Next(); err != nil || ev.Host != "a.test" {
+	if ev, err := s.Next(); err != nil || ev.Host != "a.test" || ev.Error != "gateway closed" {
 		t.Fatalf("first: %+v %v", ev, err)
 	}
 	if _, err := s.Next(); !errors.Is(err, ErrNotFound) {

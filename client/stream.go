@@ -163,16 +163,21 @@ func (r *eventReader) nextSSE() ([]byte, string, error) {
 }
 
 // decodeStreamEvent decodes one event of a what stream into v, or returns
-// the error the daemon reported instead (an *Error with Status 0).
+// the error the daemon reported instead (an *Error with Status 0): a line
+// whose "error" is an object.
 func decodeStreamEvent(what string, b []byte, v any) error {
 	var e struct {
-		Error *api.ErrorBody `json:"error"`
+		Error json.RawMessage `json:"error"`
 	}
 	if err := json.Unmarshal(b, &e); err != nil {
 		return fmt.Errorf("airlock: %s stream: bad event %.80q: %w", what, b, err)
 	}
-	if e.Error != nil {
-		return &Error{Code: e.Error.Code, Message: e.Error.Message}
+	if len(e.Error) > 0 && e.Error[0] == '{' {
+		var body api.ErrorBody
+		if err := json.Unmarshal(e.Error, &body); err != nil {
+			return fmt.Errorf("airlock: %s stream: bad error %.80q: %w", what, b, err)
+		}
+		return &Error{Code: body.Code, Message: body.Message}
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("airlock: %s stream: bad event %.80q: %w", what, b, err)
