@@ -22,7 +22,8 @@ var schemaTypes = []any{
 	TimeoutRequest{}, ExecRequest{}, ExecResult{}, Process{}, ProcessList{},
 	SignalRequest{}, OutputEvent{}, FileInfo{}, FileList{}, MkdirRequest{},
 	RenameRequest{}, PTYStart{}, PTYControl{}, PTYSize{}, PTYExit{}, APIKey{},
-	CreateKeyRequest{}, KeyList{}, Error{}, ErrorBody{},
+	CreateKeyRequest{}, KeyList{}, Error{}, ErrorBody{}, NetworkEvent{}, NetworkEventsPage{},
+	NetworkPolicy{},
 }
 
 // unauthenticated are the operations that need no API key.
@@ -382,6 +383,7 @@ func TestOpenAPIEnums(t *testing.T) {
 		{"Sandbox", "state", "State"},
 		{"Process", "state", "Process"},
 		{"OutputEvent", "kind", "Event"},
+		{"NetworkPolicy", "mode", "NetworkMode"},
 	} {
 		if got, w := enum(c.schema, c.prop), want(c.prefix); !slices.Equal(got, w) {
 			t.Errorf("%s.%s enum = %v, want the %s* constants %v", c.schema, c.prop, got, c.prefix, w)

@@ -46,6 +46,16 @@ var Routes = []Route{
 	// WebSocket; see PTYStart.
 	{"GET", "/v1/sandboxes/{id}/pty", "pty"},
 
+	// Network (egress). ?allowed=true|false, ?host=H, ?since=RFC3339,
+	// ?cursor=C, ?limit=N -> NetworkEventsPage; ?follow=true streams
+	// NetworkEvents instead (Accept: application/x-ndjson, the default, or
+	// text/event-stream with Last-Event-ID) until the sandbox ends.
+	{"GET", "/v1/sandboxes/{id}/network", "networkEvents"},
+	{"GET", "/v1/sandboxes/{id}/network/policy", "getNetworkPolicy"}, // -> NetworkPolicy
+	// NetworkPolicy -> NetworkPolicy; 400 for a bad rule, 409 for a mode
+	// other than none on a sandbox created without network.
+	{"PUT", "/v1/sandboxes/{id}/network/policy", "setNetworkPolicy"},
+
 	// Files. ?path= is absolute in the sandbox or relative to /workspace.
 	{"GET", "/v1/sandboxes/{id}/files", "readFile"},     // -> raw content, HeaderFileSize, HeaderFileMode
 	{"PUT", "/v1/sandboxes/{id}/files", "writeFile"},    // raw body, ?mode=0644 (octal) -> 204; atomic

@@ -219,6 +219,80 @@ const (
 	EventExit   = "exit"
 )
 
+// NetworkEvent is one audit record of a sandbox's egress gateway: one
+// CONNECT or SOCKS connection, or one plain-HTTP request, whether allowed
+// or denied. It never holds request headers, bodies, query strings or URL
+// user info. In GET /v1/sandboxes/{id}/network?follow=true it is sent as a
+// line of NDJSON or as a Server-Sent Event whose id is Cursor.
+type NetworkEvent struct {
+	// Cursor is the value of ?cursor= (or, for SSE, Last-Event-ID) that
+	// lists the events after this one.
+	Cursor string    `json:"cursor"`
+	Time   time.Time `json:"time"` // when the connection or request started
+	// Proto is how the sandbox asked: "http" (a plain-HTTP request through
+	// the HTTP proxy), "connect" (an HTTP CONNECT tunnel) or "socks".
+	Proto string `json:"proto"`
+	// Method is the HTTP method; "CONNECT", "BIND" or "UDP ASSOCIATE" for
+	// SOCKS.
+	Method string `json:"method,omitempty"`
+	Host   string `json:"host"` // as normalized for the policy
+	Port   int    `json:"port"`
+	Path   string `json:"path,omitempty"` // plain HTTP only, without the query
+	// Addr is the ip:port dialed; for a denial by address, the first
+	// address the policy refused.
+	Addr    string `json:"addr,omitempty"`
+	Allowed bool   `json:"allowed"`
+	// Rule is the rule or reason that decided. A connection the gateway
+	// closed because a new policy denies it ends with Allowed false, the
+	// rule that denies it, and Error saying so.
+	Rule string `json:"rule,omitempty"`
+	// BytesUp and BytesDown count the payload relayed: tunnel bytes after
+	// the handshake, or request and response bodies for plain HTTP.
+	BytesUp    int64   `json:"bytes_up"`
+	BytesDown  int64   `json:"bytes_down"`
+	DurationMs float64 `json:"duration_ms"`
+	// Error says why the connection or request failed or was closed, if
+	// it was ("closed: the new policy denies it"). Not "error": in a
+	// stream, a line whose "error" is an object is the stream's error.
+	Error string `json:"error_message,omitempty"`
+}
+
+// NetworkEventsPage is the body of GET /v1/sandboxes/{id}/network: the
+// sandbox's egress audit, oldest first. Filters: ?allowed=true|false,
+// ?host=H (exact), ?since=RFC3339 time, ?cursor=C (list the events after
+// the one whose cursor C is), ?limit=N (1..1000, default 100).
+type NetworkEventsPage struct {
+	Events []NetworkEvent `json:"events"`
+	// NextCursor is set when there are more events now: pass it as
+	// ?cursor= with the same filters for the next page. Absent on the last
+	// page (to poll for later events, use the last event's cursor).
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// NetworkPolicy is a sandbox's egress policy: the body of PUT and the
+// answer of GET /v1/sandboxes/{id}/network/policy. A PUT replaces these
+// fields while the sandbox runs; open connections the new policy denies
+// are closed.
+type NetworkPolicy struct {
+	// Mode is "none", "allowlist" or "open". A sandbox created with mode
+	// none has no egress gateway and keeps mode none (PUT of another mode
+	// is a 409); one created with a gateway may switch between all three
+	// (none then denies everything).
+	Mode string `json:"mode"`
+	// Allow and Deny are egress rules: HOST[:PORT] with *.domain
+	// wildcards, IP literals and CIDRs, or @preset names (Allow only).
+	// Deny wins. Absent means none.
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+}
+
+// Network modes.
+const (
+	NetworkModeNone      = "none"
+	NetworkModeAllowlist = "allowlist"
+	NetworkModeOpen      = "open"
+)
+
 // FileInfo describes a file inside a sandbox.
 type FileInfo struct {
 	Name    string    `json:"name"`

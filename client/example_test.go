@@ -250,3 +250,42 @@ func ExampleClient_AllSandboxes() {
 		fmt.Println(sb.ID, sb.State)
 	}
 }
+
+func ExampleClient_FollowNetwork() {
+	ctx := context.Background()
+	c, err := client.FromEnv()
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Print every denied connection of the sandbox as it happens, until the
+	// sandbox ends.
+	denied := false
+	err = c.FollowNetwork(ctx, "sb-0123456789abcdef", client.NetworkQuery{Allowed: &denied}, func(ev api.NetworkEvent) error {
+		fmt.Printf("%s denied %s:%d (%s)\n", ev.Time.Format(time.TimeOnly), ev.Host, ev.Port, ev.Rule)
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+func ExampleClient_SetNetworkPolicy() {
+	ctx := context.Background()
+	c, err := client.FromEnv()
+	if err != nil {
+		log.Fatal(err)
+	}
+	id := "sb-0123456789abcdef"
+	// Read, modify, write: allow one more host. Open connections the new
+	// policy denies are closed.
+	np, err := c.NetworkPolicy(ctx, id)
+	if err != nil {
+		log.Fatal(err)
+	}
+	np.Allow = append(np.Allow, "api.github.com")
+	if _, err := c.SetNetworkPolicy(ctx, id, *np); errors.Is(err, client.ErrInvalid) {
+		fmt.Println("bad rule:", err)
+	} else if err != nil {
+		log.Fatal(err)
+	}
+}

@@ -1,16 +1,11 @@
 package client
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"mime"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -171,51 +166,23 @@ func (c *Client) Output(ctx context.Context, id, pid string, opts OutputOptions)
 	if !opts.Follow {
 		q.Set("follow", "false")
 	}
-	req, err := c.request(ctx, http.MethodGet, p, q, nil)
+	body, sse, err := c.openStream(ctx, p, q, opts.SSE, opts.Cursor)
 	if err != nil {
 		return nil, err
 	}
-	if opts.SSE {
-		req.Header.Set("Accept", "text/event-stream")
-		if opts.Cursor != "" {
-			req.Header.Set("Last-Event-ID", opts.Cursor)
-		}
-	} else {
-		req.Header.Set("Accept", "application/x-ndjson")
-	}
-	resp, err := c.send(req)
-	if err != nil {
-		return nil, err
-	}
-	sse := opts.SSE
-	if mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type")); err == nil {
-		switch mt {
-		case "text/event-stream":
-			sse = true
-		case "application/x-ndjson", "application/json":
-			sse = false
-		}
-	}
-	return newOutputStream(resp.Body, sse, opts.Cursor), nil
+	return newOutputStream(body, sse, opts.Cursor), nil
 }
-
-// maxEventLine bounds one line of an output stream.
-const maxEventLine = 16 << 20
 
 // OutputStream is one HTTP stream of a process's output. It is not safe for
 // concurrent use.
 type OutputStream struct {
-	body   io.ReadCloser
-	br     *bufio.Reader
-	sse    bool
+	r      eventReader
 	cursor string
-	err    error    // sticky: returned by every later Next
-	lines  [][]byte // SSE: lines split off a line by lone CRs, not yet parsed
-	lastID string   // SSE: the last event id
+	err    error // sticky: returned by every later Next
 }
 
 func newOutputStream(body io.ReadCloser, sse bool, cursor string) *OutputStream {
-	return &OutputStream{body: body, br: bufio.NewReaderSize(body, 64<<10), sse: sse, cursor: cursor}
+	return &OutputStream{r: newEventReader(body, sse), cursor: cursor}
 }
 
 // Next returns the next event. It returns io.EOF after the "exit" event or
@@ -226,13 +193,7 @@ func (s *OutputStream) Next() (api.OutputEvent, error) {
 	if s.err != nil {
 		return api.OutputEvent{}, s.err
 	}
-	var ev api.OutputEvent
-	var err error
-	if s.sse {
-		ev, err = s.nextSSE()
-	} else {
-		ev, err = s.nextNDJSON()
-	}
+	ev, err := s.next()
 	if err != nil {
 		s.err = err
 		return api.OutputEvent{}, err
@@ -242,6 +203,24 @@ func (s *OutputStream) Next() (api.OutputEvent, error) {
 	}
 	if ev.Kind == api.EventExit {
 		s.err = io.EOF
+	}
+	return ev, nil
+}
+
+func (s *OutputStream) next() (api.OutputEvent, error) {
+	data, id, err := s.r.next()
+	if err != nil {
+		return api.OutputEvent{}, err
+	}
+	var ev api.OutputEvent
+	if err := decodeStreamEvent("output", data, &ev); err != nil {
+		return api.OutputEvent{}, err
+	}
+	if ev.Kind == "" {
+		return api.OutputEvent{}, fmt.Errorf("airlock: output stream: event without a kind: %.80q", data)
+	}
+	if ev.Cursor == "" {
+		ev.Cursor = id
 	}
 	return ev, nil
 }
@@ -256,123 +235,8 @@ func (s *OutputStream) Close() error {
 	if s.err == nil {
 		s.err = errors.New("airlock: output stream closed")
 	}
-	return s.body.Close()
+	return s.r.body.Close()
 }
-
-// readLine returns the next line without its "\n". A last line without one
-// is io.ErrUnexpectedEOF: the daemon ends every line.
-func (s *OutputStream) readLine() ([]byte, error) {
-	var line []byte
-	for {
-		frag, err := s.br.ReadSlice('\n')
-		if len(line)+len(frag) > maxEventLine {
-			return nil, fmt.Errorf("airlock: output stream: a line is longer than %d bytes", maxEventLine)
-		}
-		line = append(line, frag...)
-		switch {
-		case err == nil:
-			return line[:len(line)-1], nil
-		case errors.Is(err, bufio.ErrBufferFull):
-		case errors.Is(err, io.EOF):
-			if len(line) == 0 {
-				return nil, io.EOF
-			}
-			return nil, io.ErrUnexpectedEOF
-		default:
-			return nil, err
-		}
-	}
-}
-
-func (s *OutputStream) nextNDJSON() (api.OutputEvent, error) {
-	for {
-		line, err := s.readLine()
-		if err != nil {
-			return api.OutputEvent{}, err
-		}
-		line = bytes.TrimSpace(line)
-		if len(line) == 0 {
-			continue
-		}
-		return decodeEvent(line)
-	}
-}
-
-// nextSSE parses Server-Sent Events (the WHATWG format): "data:" lines,
-// joined with "\n", are the JSON event; "id:" is the cursor, used when the
-// event has none; comments (":...") and other fields are skipped; a blank
-// line ends an event. Lines end with "\n", "\r\n" or "\r".
-func (s *OutputStream) nextSSE() (api.OutputEvent, error) {
-	var data []byte
-	hasData, pending := false, false
-	for {
-		if len(s.lines) == 0 {
-			line, err := s.readLine()
-			if err != nil {
-				if errors.Is(err, io.EOF) && pending {
-					err = io.ErrUnexpectedEOF
-				}
-				return api.OutputEvent{}, err
-			}
-			s.lines = bytes.Split(bytes.TrimSuffix(line, []byte("\r")), []byte("\r"))
-		}
-		line := s.lines[0]
-		s.lines = s.lines[1:]
-		if len(line) == 0 {
-			if hasData {
-				ev, err := decodeEvent(data)
-				if err == nil && ev.Cursor == "" {
-					ev.Cursor = s.lastID
-				}
-				return ev, err
-			}
-			pending = false
-			continue
-		}
-		if line[0] == ':' {
-			continue
-		}
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		pending = true
-		switch string(field) {
-		case "data":
-			if hasData {
-				data = append(data, '\n')
-			}
-			data = append(data, value...)
-			hasData = true
-		case "id":
-			if bytes.IndexByte(value, 0) < 0 {
-				s.lastID = string(value)
-			}
-		}
-	}
-}
-
-// decodeEvent decodes one event, or the error the daemon reported instead.
-func decodeEvent(b []byte) (api.OutputEvent, error) {
-	var v struct {
-		api.OutputEvent
-		Error *api.ErrorBody `json:"error"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return api.OutputEvent{}, fmt.Errorf("airlock: output stream: bad event %.80q: %w", b, err)
-	}
-	if v.Error != nil {
-		return api.OutputEvent{}, &Error{Code: v.Error.Code, Message: v.Error.Message}
-	}
-	if v.Kind == "" {
-		return api.OutputEvent{}, fmt.Errorf("airlock: output stream: event without a kind: %.80q", b)
-	}
-	return v.OutputEvent, nil
-}
-
-// Bounds of FollowOutput's reconnections.
-const (
-	followAttempts = 30
-	followWindow   = time.Minute
-)
 
 // FollowOutput calls fn with each event of the process's output from cursor
 // on ("" for the start) until the "exit" event, which fn receives too. When
@@ -382,75 +246,31 @@ const (
 // 30 attempts or a minute without an event. An error from fn ends it and is
 // returned as is.
 func (c *Client) FollowOutput(ctx context.Context, id, pid, cursor string, fn func(api.OutputEvent) error) error {
-	attempts := 0
-	var since time.Time // start of the current run of failures
-	for {
-		progressed := false
+	return reconnect(ctx, "output of process "+pid, func() (progressed, done bool, err error) {
 		s, err := c.Output(ctx, id, pid, OutputOptions{Cursor: cursor, Follow: true})
-		if err == nil {
-			var ev api.OutputEvent
-			for {
-				if ev, err = s.Next(); err != nil {
-					break
+		if err != nil {
+			return false, false, err
+		}
+		defer s.Close()
+		for {
+			ev, err := s.Next()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					// A follow stream ends with the exit event: this one broke.
+					err = io.ErrUnexpectedEOF
 				}
-				if ev.Cursor != "" {
-					cursor = ev.Cursor
-				}
-				progressed = true
-				if ferr := fn(ev); ferr != nil {
-					s.Close()
-					return ferr
-				}
-				if ev.Kind == api.EventExit {
-					s.Close()
-					return nil
-				}
+				return progressed, false, err
 			}
-			s.Close()
-			if errors.Is(err, io.EOF) {
-				// A follow stream ends with the exit event: this one broke.
-				err = io.ErrUnexpectedEOF
+			if ev.Cursor != "" {
+				cursor = ev.Cursor
+			}
+			progressed = true
+			if err := fn(ev); err != nil {
+				return true, true, err
+			}
+			if ev.Kind == api.EventExit {
+				return true, true, nil
 			}
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if !retryable(err) {
-			return err
-		}
-		if progressed || since.IsZero() {
-			attempts, since = 0, time.Now()
-		}
-		attempts++
-		left := followWindow - time.Since(since)
-		if attempts > followAttempts || left <= 0 {
-			return fmt.Errorf("airlock: output of process %s: gave up reconnecting after %d failures: %w", pid, attempts, err)
-		}
-		delay := min(100*time.Millisecond<<min(attempts-1, 5), 2*time.Second)
-		var ae *Error
-		if errors.As(err, &ae) && ae.RetryAfter > delay {
-			delay = ae.RetryAfter
-		}
-		delay = min(delay, left)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
-// retryable reports whether a broken output stream is worth reopening.
-func retryable(err error) bool {
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, ErrUnavailable) {
-		return true
-	}
-	var ae *Error
-	if errors.As(err, &ae) {
-		return false
-	}
-	var ne net.Error
-	return errors.As(err, &ne)
+	})
 }

@@ -186,6 +186,7 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 			m.log.Info("egress", "sandbox", r.Sandbox, "proto", r.Proto, "method", r.Method, "host", r.Host, "port", r.Port,
 				"path", r.Path, "addr", r.Addr, "allowed", r.Allowed, "rule", r.Rule, "bytes_up", r.BytesUp, "bytes_down", r.BytesDown,
 				"ms", float64(r.Duration.Microseconds())/1000)
+			m.audit.add(r)
 		}})
 		if err != nil {
 			rt.Destroy(context.WithoutCancel(ctx))

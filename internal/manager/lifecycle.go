@@ -51,6 +51,13 @@ func (m *Manager) destroy(ctx context.Context, sb *Sandbox, state, reason string
 	sb.mu.Unlock()
 	if gw != nil {
 		gw.Close()
+		// The records of the connections Close ended are stored before the
+		// sandbox is final, so that a follower that sees it end has them.
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := m.audit.sync(actx); err != nil {
+			m.log.Warn("egress audit: records of a sandbox that ended not stored yet", "sandbox", sb.id, "err", err)
+		}
+		cancel()
 	}
 	var err error
 	if rt != nil {
@@ -100,6 +107,7 @@ func (m *Manager) forget(ctx context.Context, sb *Sandbox) error {
 	m.mu.Lock()
 	delete(m.sandboxes, sb.id)
 	m.mu.Unlock()
+	m.audit.forget(sb.id)
 	if err := m.st.DeleteSandbox(ctx, sb.id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}

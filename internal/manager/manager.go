@@ -82,6 +82,12 @@ type Config struct {
 	// Tick is how often timeouts, pools and activity are checked; default 1s.
 	Tick time.Duration
 
+	// AuditBuffer bounds the egress audit records waiting to be stored
+	// (beyond, they are dropped and counted); default 8192. AuditKeep is
+	// how many records are kept per sandbox, the newest; default 100000.
+	AuditBuffer int
+	AuditKeep   int
+
 	Metrics *Metrics
 }
 
@@ -126,6 +132,12 @@ func (c *Config) defaults() {
 	if c.Tick <= 0 {
 		c.Tick = time.Second
 	}
+	if c.AuditBuffer <= 0 {
+		c.AuditBuffer = 8192
+	}
+	if c.AuditKeep <= 0 {
+		c.AuditKeep = 100000
+	}
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
@@ -153,6 +165,7 @@ type Manager struct {
 
 	adm   admission
 	pools map[string]*pool
+	audit *auditLog
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -183,6 +196,7 @@ func New(cfg Config) (*Manager, error) {
 		sandboxes: map[string]*Sandbox{}, pools: map[string]*pool{},
 		ctx: ctx, cancel: cancel, ready: make(chan struct{}),
 	}
+	m.audit = newAuditLog(cfg.Store, cfg.Log, cfg.AuditBuffer, cfg.AuditKeep, func(n int) { m.met.auditDropped.Add(float64(n)) })
 	m.adm.init(cfg.MaxSandboxes, cfg.MaxCreating, cfg.QueueSize, cfg.QueueTimeout, m.met)
 	for _, pc := range cfg.Pools {
 		if pc.Size > 0 {
@@ -200,6 +214,9 @@ func (m *Manager) Ready() <-chan struct{} { return m.ready }
 // Close stops the manager's background work. Sandboxes keep running (a
 // restarted daemon re-adopts them); pool members are destroyed only when
 // destroyPools is set (a clean shutdown: they hold no caller's state).
+// Egress gateways are closed (their listeners die with the daemon anyway)
+// and every audit record they made is stored before Close returns (within
+// ctx's deadline but at least 1 s, or 10 s when ctx has none).
 func (m *Manager) Close(ctx context.Context, destroyPools bool) {
 	m.cancel()
 	m.wg.Wait()
@@ -213,6 +230,24 @@ func (m *Manager) Close(ctx context.Context, destroyPools bool) {
 			}
 		}
 	}
+	for _, sb := range m.snapshot() {
+		sb.mu.Lock()
+		gw := sb.egress
+		sb.egress = nil
+		sb.mu.Unlock()
+		if gw != nil {
+			gw.Close()
+		}
+	}
+	wait := 10 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		wait = max(time.Until(d), time.Second)
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	if err := m.audit.close(actx); err != nil {
+		m.log.Error("egress audit: not every record was stored before shutdown", "err", err)
+	}
+	cancel()
 	m.flushActivity(ctx)
 }
 

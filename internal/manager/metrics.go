@@ -13,6 +13,7 @@ type Metrics struct {
 	poolReady     *prometheus.GaugeVec
 	queueDepth    prometheus.Gauge
 	errors        *prometheus.CounterVec
+	auditDropped  prometheus.Counter
 }
 
 // latencyBuckets span 0.5 ms to 30 s.
@@ -38,8 +39,12 @@ func NewMetrics() *Metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_errors_total", Help: "Errors, by kind (API error codes, create, exec).",
 		}, []string{"kind"}),
+		auditDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "airlock_egress_audit_dropped_total",
+			Help: "Egress audit records not stored: the writer's buffer was full or the store failed (the daemon's log still has them).",
+		}),
 	}
-	m.Registry.MustRegister(m.createSeconds, m.execSeconds, m.poolReady, m.queueDepth, m.errors,
+	m.Registry.MustRegister(m.createSeconds, m.execSeconds, m.poolReady, m.queueDepth, m.errors, m.auditDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -41,6 +41,9 @@ type specRecord struct {
 	Policy     string            `json:"policy,omitempty"`
 	Resources  api.Resources     `json:"resources,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
+	// Network replaces the policy's network section's fields it holds
+	// (the last PUT .../network/policy); nil: as created.
+	Network *api.NetworkPolicy `json:"network,omitempty"`
 }
 
 func (s specRecord) marshal() []byte {

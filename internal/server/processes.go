@@ -1,9 +1,7 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
@@ -91,12 +89,8 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sse := strings.Contains(r.Header.Get("Accept"), "text/event-stream")
-	c := r.URL.Query().Get("cursor")
-	if c == "" && sse {
-		c = r.Header.Get("Last-Event-ID")
-	}
-	cur, err := manager.ParseCursor(c)
+	st := newStream(w, r)
+	cur, err := manager.ParseCursor(st.cursor(r))
 	if err != nil {
 		return err
 	}
@@ -104,61 +98,10 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	rc := http.NewResponseController(w)
-	rc.SetWriteDeadline(time.Time{})
-	started := false
-	// start sends the status and headers, once, before the first event.
-	start := func() {
-		if started {
-			return
-		}
-		started = true
-		if sse {
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.Header().Set("Cache-Control", "no-cache")
-		} else {
-			w.Header().Set("Content-Type", "application/x-ndjson")
-		}
-		w.Header().Set("X-Accel-Buffering", "no")
-		w.WriteHeader(http.StatusOK)
-	}
-	emit := func(ev api.OutputEvent) error {
-		start()
-		b, err := json.Marshal(ev)
-		if err != nil {
-			return err
-		}
-		if sse {
-			_, err = w.Write([]byte("id: " + ev.Cursor + "\nevent: " + ev.Kind + "\ndata: "))
-			if err == nil {
-				_, err = w.Write(append(b, '\n', '\n'))
-			}
-		} else {
-			_, err = w.Write(append(b, '\n'))
-		}
-		if err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
-	err = s.m.Output(r.Context(), id, pid, cur, follow, emit)
-	if err != nil && started && r.Context().Err() == nil {
-		// The status went out already: the error is the stream's last
-		// line, in the one error shape, so the client can tell it from an
-		// end.
-		b, _ := json.Marshal(api.Error{Err: api.ErrorBody{Code: api.CodeInternal, Message: err.Error()}})
-		if sse {
-			w.Write([]byte("event: error\ndata: " + string(b) + "\n\n"))
-		} else {
-			w.Write(append(b, '\n'))
-		}
-		rc.Flush()
-		return err
-	}
-	if err == nil {
-		start() // nothing new and the process still runs (follow=false)
-	}
-	return err
+	err = s.m.Output(r.Context(), id, pid, cur, follow, func(ev api.OutputEvent) error {
+		return st.send(ev.Cursor, ev.Kind, ev)
+	})
+	return st.end(r.Context(), err)
 }
 
 func (s *Server) writeStdin(w http.ResponseWriter, r *http.Request) error {

@@ -46,15 +46,24 @@ type Server struct {
 	MaxUpload int64
 
 	draining atomic.Bool
+	drained  context.Context // done once Drain was called (nil in tests that build a Server by hand)
+	drain    context.CancelFunc
 }
 
 // New makes a server.
 func New(m *manager.Manager, st *store.Store, met *manager.Metrics, log *slog.Logger) *Server {
-	return &Server{m: m, st: st, met: met, log: log}
+	drained, drain := context.WithCancel(context.Background())
+	return &Server{m: m, st: st, met: met, log: log, drained: drained, drain: drain}
 }
 
-// Drain makes /readyz fail (a shutdown has begun).
-func (s *Server) Drain() { s.draining.Store(true) }
+// Drain makes /readyz fail (a shutdown has begun) and ends the network
+// event streams, whose clients reconnect to the next daemon.
+func (s *Server) Drain() {
+	s.draining.Store(true)
+	if s.drain != nil {
+		s.drain()
+	}
+}
 
 type handler func(w http.ResponseWriter, r *http.Request) error
 
@@ -186,8 +195,19 @@ type apiError struct {
 func (e *apiError) Error() string { return e.message }
 
 // writeError maps an error to its status and writes the JSON error body.
-// This is the one place where errors become status codes.
+// This is the one place where errors become status codes (classify).
 func (s *Server) writeError(w http.ResponseWriter, err error) {
+	status, body, after := classify(err)
+	if after > 0 {
+		w.Header().Set("Retry-After", fmt.Sprint(int((after+time.Second-1)/time.Second)))
+	}
+	s.met.Error(body.Code)
+	writeJSON(w, status, api.Error{Err: body})
+}
+
+// classify maps an error to its status, code and message, and for a 429
+// the time to wait.
+func classify(err error) (status int, body api.ErrorBody, retryAfter time.Duration) {
 	status, code := http.StatusInternalServerError, api.CodeInternal
 	var ae *apiError
 	var mbe *http.MaxBytesError
@@ -209,11 +229,10 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 		status, code = http.StatusRequestEntityTooLarge, api.CodeTooLarge
 	case errors.Is(err, errdefs.ErrExhausted):
 		status, code = http.StatusTooManyRequests, api.CodeExhausted
-		after := errdefs.RetryAfter(err)
-		if after <= 0 {
-			after = time.Second
+		retryAfter = errdefs.RetryAfter(err)
+		if retryAfter <= 0 {
+			retryAfter = time.Second
 		}
-		w.Header().Set("Retry-After", fmt.Sprint(int((after+time.Second-1)/time.Second)))
 	case errors.Is(err, errdefs.ErrPermission):
 		status, code = http.StatusForbidden, api.CodeForbidden
 	case errors.Is(err, errdefs.ErrUnavailable):
@@ -223,8 +242,7 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 	case errors.Is(err, context.DeadlineExceeded):
 		status, code = http.StatusGatewayTimeout, api.CodeTimeout
 	}
-	s.met.Error(code)
-	writeJSON(w, status, api.Error{Err: api.ErrorBody{Code: code, Message: err.Error()}})
+	return status, api.ErrorBody{Code: code, Message: err.Error()}, retryAfter
 }
 
 // writeJSON writes v as the answer.
@@ -260,6 +278,10 @@ func (s *Server) ops() map[string]handler {
 		"writeStdin":    s.writeStdin,
 		"signalProcess": s.signalProcess,
 		"pty":           s.pty,
+
+		"networkEvents":    s.networkEvents,
+		"getNetworkPolicy": s.getNetworkPolicy,
+		"setNetworkPolicy": s.setNetworkPolicy,
 
 		"readFile":  s.readFile,
 		"writeFile": s.writeFile,

@@ -61,3 +61,43 @@ func TestWriteError(t *testing.T) {
 		}
 	}
 }
+
+// A stream sends its headers once, one event per line (NDJSON) or per SSE
+// event with the cursor as id, and an error after the start as its last
+// line, classified by the one mapping.
+func TestStream(t *testing.T) {
+	for _, sse := range []bool{false, true} {
+		r := httptest.NewRequest("GET", "/x?cursor=7", nil)
+		if sse {
+			r.Header.Set("Accept", "text/event-stream")
+			r.Header.Set("Last-Event-ID", "9")
+		}
+		w := httptest.NewRecorder()
+		st := newStream(w, r)
+		if c := st.cursor(r); c != "7" {
+			t.Errorf("sse %v: cursor %q, want ?cursor= first", sse, c)
+		}
+		st.send("8", "", map[string]string{"cursor": "8"})
+		st.end(r.Context(), fmt.Errorf("shutting down: %w", errdefs.ErrUnavailable))
+		want := "{\"cursor\":\"8\"}\n{\"error\":{\"code\":\"unavailable\",\"message\":\"shutting down: unavailable\"}}\n"
+		ct := "application/x-ndjson"
+		if sse {
+			want = "id: 8\ndata: {\"cursor\":\"8\"}\n\nevent: error\ndata: {\"error\":{\"code\":\"unavailable\",\"message\":\"shutting down: unavailable\"}}\n\n"
+			ct = "text/event-stream"
+		}
+		if w.Code != 200 || w.Body.String() != want || w.Header().Get("Content-Type") != ct {
+			t.Errorf("sse %v: %d %q %q", sse, w.Code, w.Header().Get("Content-Type"), w.Body.String())
+		}
+	}
+	r := httptest.NewRequest("GET", "/x", nil)
+	r.Header.Set("Accept", "text/event-stream")
+	r.Header.Set("Last-Event-ID", "9")
+	st := newStream(httptest.NewRecorder(), r)
+	if c := st.cursor(r); c != "9" {
+		t.Errorf("SSE without ?cursor=: cursor %q, want Last-Event-ID", c)
+	}
+	// Not started: the error is left to writeError.
+	if err := st.end(r.Context(), errdefs.ErrNotFound); err != errdefs.ErrNotFound || st.started {
+		t.Errorf("end before start: %v %v", err, st.started)
+	}
+}

@@ -119,6 +119,11 @@ func (s *Store) SetExpiry(ctx context.Context, id string, expiresAt *time.Time) 
 	return s.update(ctx, id, `UPDATE sandboxes SET expires_at = ? WHERE id = ?`, exp)
 }
 
+// SetSpec replaces a sandbox's opaque spec.
+func (s *Store) SetSpec(ctx context.Context, id string, spec []byte) error {
+	return s.update(ctx, id, `UPDATE sandboxes SET spec = ? WHERE id = ?`, nilIfEmpty(spec))
+}
+
 // SetPool records the warm pool a sandbox waits in ("": none).
 func (s *Store) SetPool(ctx context.Context, id, pool string) error {
 	return s.update(ctx, id, `UPDATE sandboxes SET pool = ? WHERE id = ?`, pool)
@@ -165,7 +170,8 @@ func (s *Store) TouchMany(ctx context.Context, activity map[string]time.Time) er
 	})
 }
 
-// DeleteSandbox deletes a sandbox with its labels and processes.
+// DeleteSandbox deletes a sandbox with its labels, processes and egress
+// events.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)

@@ -1,15 +1,17 @@
 // Package store owns the persistent state of the sandbox daemon (`airlock
-// serve`): sandboxes with their labels and processes, and API keys, all in
-// one SQLite file. The file is opened in WAL mode with synchronous=NORMAL, so
-// every committed write survives the daemon being killed (kill -9) at any
-// moment; only a power loss or kernel crash can lose the last few commits.
+// serve`): sandboxes with their labels, processes and egress audit records,
+// and API keys, all in one SQLite file. The file is opened in WAL mode with
+// synchronous=NORMAL, so every committed write survives the daemon being
+// killed (kill -9) at any moment; only a power loss or kernel crash can lose
+// the last few commits.
 //
 // The store is a durable record keeper and nothing more. It must never hold
 // a secret in clear: API keys are kept only as SHA-256 hashes, and a key's
 // secret exists exactly once, in the return value of CreateKey. It must never
 // decide policy: what a state means, when a sandbox expires or idles out,
-// which pool it belongs to and what a key may do are the caller's business;
-// the store records what it is told and answers queries about it.
+// which pool it belongs to, what a key may do and how many audit records to
+// keep are the caller's business; the store records what it is told and
+// answers queries about it.
 //
 // Writes are serialized inside the process (one IMMEDIATE transaction at a
 // time), so concurrent callers never see SQLITE_BUSY; reads run in parallel
@@ -155,6 +157,27 @@ var migrations = []string{
 		revoked_at INTEGER,
 		last_used  INTEGER
 	) STRICT;`,
+	// 2: the egress gateways' audit records. AUTOINCREMENT: an id is never
+	// reused, even after the newest rows were deleted, so ids work as
+	// cursors.
+	`CREATE TABLE egress_events (
+		id         INTEGER PRIMARY KEY AUTOINCREMENT,
+		sandbox_id TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+		time       INTEGER NOT NULL,
+		proto      TEXT NOT NULL,
+		method     TEXT NOT NULL,
+		host       TEXT NOT NULL,
+		port       INTEGER NOT NULL,
+		path       TEXT NOT NULL,
+		addr       TEXT NOT NULL,
+		allowed    INTEGER NOT NULL,
+		rule       TEXT NOT NULL,
+		bytes_up   INTEGER NOT NULL,
+		bytes_down INTEGER NOT NULL,
+		duration   INTEGER NOT NULL,
+		error      TEXT NOT NULL
+	) STRICT;
+	CREATE INDEX egress_events_sandbox ON egress_events (sandbox_id, id);`,
 }
 
 // migrate applies the migrations the database has not seen, each in its own
