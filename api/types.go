@@ -230,14 +230,15 @@ type NetworkEvent struct {
 	Cursor string    `json:"cursor"`
 	Time   time.Time `json:"time"` // when the connection or request started
 	// Proto is how the sandbox asked: "http" (a plain-HTTP request through
-	// the HTTP proxy), "connect" (an HTTP CONNECT tunnel) or "socks".
+	// the HTTP proxy), "connect" (an HTTP CONNECT tunnel), "socks", or
+	// "https" (one request inside a tunnel to an inspected host).
 	Proto string `json:"proto"`
 	// Method is the HTTP method; "CONNECT", "BIND" or "UDP ASSOCIATE" for
 	// SOCKS.
 	Method string `json:"method,omitempty"`
 	Host   string `json:"host"` // as normalized for the policy
 	Port   int    `json:"port"`
-	Path   string `json:"path,omitempty"` // plain HTTP only, without the query
+	Path   string `json:"path,omitempty"` // plain HTTP and inspected HTTPS, without the query
 	// Addr is the ip:port dialed; for a denial by address, the first
 	// address the policy refused.
 	Addr    string `json:"addr,omitempty"`
@@ -255,6 +256,9 @@ type NetworkEvent struct {
 	// it was ("closed: the new policy denies it"). Not "error": in a
 	// stream, a line whose "error" is an object is the stream's error.
 	Error string `json:"error_message,omitempty"`
+	// Credential names the credentials the gateway added to an inspected
+	// HTTPS request (comma-separated; never their values).
+	Credential string `json:"credential,omitempty"`
 }
 
 // NetworkEventsPage is the body of GET /v1/sandboxes/{id}/network: the
@@ -284,6 +288,18 @@ type NetworkPolicy struct {
 	// Deny wins. Absent means none.
 	Allow []string `json:"allow,omitempty"`
 	Deny  []string `json:"deny,omitempty"`
+	// HTTP are request rules for inspected hosts (whose TLS the gateway
+	// terminates with the sandbox's CA). Credentials are not here: they
+	// are fixed when the sandbox is created.
+	HTTP []HTTPRule `json:"http,omitempty"`
+}
+
+// HTTPRule allows requests to Hosts by method and path prefix; a request
+// to a host some rules name must match one of them.
+type HTTPRule struct {
+	Hosts   []string `json:"hosts"`             // names and *.wildcards, no IPs
+	Methods []string `json:"methods,omitempty"` // none: any
+	Paths   []string `json:"paths,omitempty"`   // prefixes; none: any
 }
 
 // Network modes.

@@ -220,7 +220,7 @@ func (a *auditLog) write(batch []gateway.Record) {
 		events[i] = store.EgressEvent{
 			SandboxID: r.Sandbox, Time: r.Time.UTC(), Proto: r.Proto, Method: r.Method, Host: r.Host, Port: r.Port,
 			Path: r.Path, Addr: r.Addr, Allowed: r.Allowed, Rule: r.Rule, BytesUp: r.BytesUp, BytesDown: r.BytesDown,
-			Duration: r.Duration, Error: r.Error,
+			Duration: r.Duration, Error: r.Error, Credential: r.Credential,
 		}
 		counts[r.Sandbox]++
 	}

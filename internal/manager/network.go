@@ -59,7 +59,7 @@ func networkEvent(e store.EgressEvent) api.NetworkEvent {
 	return api.NetworkEvent{
 		Cursor: netCursor(e.ID), Time: e.Time, Proto: e.Proto, Method: e.Method, Host: e.Host, Port: e.Port,
 		Path: e.Path, Addr: e.Addr, Allowed: e.Allowed, Rule: e.Rule, BytesUp: e.BytesUp, BytesDown: e.BytesDown,
-		DurationMs: float64(e.Duration.Microseconds()) / 1000, Error: e.Error,
+		DurationMs: float64(e.Duration.Microseconds()) / 1000, Error: e.Error, Credential: e.Credential,
 	}
 }
 
@@ -169,12 +169,19 @@ func applyNetwork(base policy.Network, np *api.NetworkPolicy) policy.Network {
 		return n
 	}
 	n.Mode, n.Allow, n.Deny = np.Mode, slices.Clone(np.Allow), slices.Clone(np.Deny)
+	n.HTTP = nil
+	for _, r := range np.HTTP {
+		n.HTTP = append(n.HTTP, policy.HTTPRule{Hosts: slices.Clone(r.Hosts), Methods: slices.Clone(r.Methods), Paths: slices.Clone(r.Paths)})
+	}
 	return n
 }
 
 // networkView is the API's picture of a network policy.
 func networkView(n policy.Network) api.NetworkPolicy {
 	v := api.NetworkPolicy{Mode: n.Mode, Allow: slices.Clone(n.Allow), Deny: slices.Clone(n.Deny)}
+	for _, r := range n.HTTP {
+		v.HTTP = append(v.HTTP, api.HTTPRule{Hosts: slices.Clone(r.Hosts), Methods: slices.Clone(r.Methods), Paths: slices.Clone(r.Paths)})
+	}
 	if v.Mode == "" {
 		v.Mode = policy.NetworkNone
 	}
@@ -230,8 +237,8 @@ func (m *Manager) SetNetworkPolicy(ctx context.Context, id string, np api.Networ
 	default:
 		return api.NetworkPolicy{}, invalid("mode %q: want none, allowlist or open", np.Mode)
 	}
-	if len(np.Allow) > maxNetworkRules || len(np.Deny) > maxNetworkRules {
-		return api.NetworkPolicy{}, invalid("allow, deny: at most %d rules each", maxNetworkRules)
+	if len(np.Allow) > maxNetworkRules || len(np.Deny) > maxNetworkRules || len(np.HTTP) > maxNetworkRules {
+		return api.NetworkPolicy{}, invalid("allow, deny, http: at most %d rules each", maxNetworkRules)
 	}
 	sb, err := m.lookup(id)
 	if err != nil {

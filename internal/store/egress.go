@@ -29,6 +29,8 @@ type EgressEvent struct {
 	BytesDown int64
 	Duration  time.Duration
 	Error     string
+	// Credential names the credentials the gateway added (never values).
+	Credential string
 }
 
 // EgressFilter selects events for ListEgressEvents.
@@ -42,7 +44,7 @@ type EgressFilter struct {
 }
 
 const egressCols = `id, sandbox_id, time, proto, method, host, port, path, addr, allowed, rule,
-	bytes_up, bytes_down, duration, error`
+	bytes_up, bytes_down, duration, error, credential`
 
 // AddEgressEvents stores events in one transaction, in order, and sets
 // their IDs. Events of a sandbox that does not exist (deleted meanwhile)
@@ -68,7 +70,7 @@ func (s *Store) AddEgressEvents(ctx context.Context, events []EgressEvent, keep 
 		clear(stored)
 		exists := map[string]bool{}
 		ins, err := tx.PrepareContext(ctx, `INSERT INTO egress_events (`+strings.TrimPrefix(egressCols, "id, ")+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 		if err != nil {
 			return err
 		}
@@ -90,7 +92,7 @@ func (s *Store) AddEgressEvents(ctx context.Context, events []EgressEvent, keep 
 				continue
 			}
 			res, err := ins.ExecContext(ctx, ev.SandboxID, times[i], ev.Proto, ev.Method, ev.Host, ev.Port, ev.Path,
-				ev.Addr, ev.Allowed, ev.Rule, ev.BytesUp, ev.BytesDown, int64(ev.Duration), ev.Error)
+				ev.Addr, ev.Allowed, ev.Rule, ev.BytesUp, ev.BytesDown, int64(ev.Duration), ev.Error, ev.Credential)
 			if err != nil {
 				return err
 			}
@@ -167,7 +169,7 @@ func (s *Store) ListEgressEvents(ctx context.Context, f EgressFilter) ([]EgressE
 			var ev EgressEvent
 			var at, dur int64
 			if err := rows.Scan(&ev.ID, &ev.SandboxID, &at, &ev.Proto, &ev.Method, &ev.Host, &ev.Port, &ev.Path,
-				&ev.Addr, &ev.Allowed, &ev.Rule, &ev.BytesUp, &ev.BytesDown, &dur, &ev.Error); err != nil {
+				&ev.Addr, &ev.Allowed, &ev.Rule, &ev.BytesUp, &ev.BytesDown, &dur, &ev.Error, &ev.Credential); err != nil {
 				return err
 			}
 			ev.Time, ev.Duration = decTime(at), time.Duration(dur)

@@ -175,7 +175,8 @@ var migrations = []string{
 		bytes_up   INTEGER NOT NULL,
 		bytes_down INTEGER NOT NULL,
 		duration   INTEGER NOT NULL,
-		error      TEXT NOT NULL
+		error      TEXT NOT NULL,
+		credential TEXT NOT NULL
 	) STRICT;
 	CREATE INDEX egress_events_sandbox ON egress_events (sandbox_id, id);`,
 }

@@ -11,10 +11,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"encoding/pem"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // TestEgressCredentials: a named secret of the daemon, bound by an inline
@@ -65,6 +67,50 @@ curl -s -m 10 -o /dev/null -w '%%{http_code}' -X POST -H "Authorization: token $
 	got := strings.Join(seen, "\n")
 	mu.Unlock()
 	if got != "GET /user token "+secret {
+		t.Fatalf("the server saw %q", got)
+	}
+	// The audit, through the API: the inspected request with its path and
+	// the credential's name; the refused POST with the rule.
+	var evs []api.NetworkEvent
+	eventually(t, 10*time.Second, "the audit of the inspected requests", func() bool {
+		page, err := d.c.NetworkEvents(ctxT(t), sb.ID, client.NetworkQuery{Host: "api.example.com"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = nil
+		for _, e := range page.Events {
+			if e.Proto == "https" {
+				evs = append(evs, e)
+			}
+		}
+		return len(evs) == 2
+	})
+	if e := evs[0]; e.Method != "GET" || e.Path != "/user" || !e.Allowed || e.Credential != "GH_TOKEN" {
+		t.Fatalf("audit of the GET: %+v", e)
+	}
+	if e := evs[1]; e.Method != "POST" || e.Allowed || !strings.Contains(e.Rule, "no http rule allows POST") || e.Credential != "" {
+		t.Fatalf("audit of the POST: %+v", e)
+	}
+
+	// Request rules change while the sandbox runs: POST is now allowed.
+	np, err := d.c.NetworkPolicy(ctxT(t), sb.ID)
+	if err != nil || len(np.HTTP) != 1 || np.HTTP[0].Methods[0] != "GET" {
+		t.Fatalf("policy: %+v %v", np, err)
+	}
+	np.HTTP[0].Methods = []string{"GET", "POST"}
+	if _, err := d.c.SetNetworkPolicy(ctxT(t), sb.ID, *np); err != nil {
+		t.Fatal(err)
+	}
+	np.HTTP[0].Hosts = []string{"10.0.0.1"}
+	_, err = d.c.SetNetworkPolicy(ctxT(t), sb.ID, *np)
+	wantCode(t, "an address in a request rule", err, 400)
+	if out := d.sh(t, sb.ID, fmt.Sprintf(`curl -s -m 10 -o /dev/null -w '%%{http_code}' -X POST -H "Authorization: token $GH_TOKEN" https://api.example.com:%s/user`, port)); out != "200" {
+		t.Fatalf("POST after the change: %q", out)
+	}
+	mu.Lock()
+	got = strings.Join(seen, "\n")
+	mu.Unlock()
+	if got != "GET /user token "+secret+"\nPOST /user token "+secret {
 		t.Fatalf("the server saw %q", got)
 	}
 	if strings.Contains(d.logs.String(), secret) {
