@@ -203,7 +203,19 @@ func networkLine(ev api.NetworkEvent) string {
 		dur = d.Round(time.Microsecond).String()
 	}
 	return fmt.Sprintf(format, ev.Time.Local().Format("2006-01-02 15:04:05.000"), decision, dash(ev.Rule), dash(ev.Method),
-		net.JoinHostPort(ev.Host, strconv.Itoa(ev.Port)), dash(ev.Path), sizeOf(ev.BytesUp), sizeOf(ev.BytesDown), dur, ev.Error)
+		net.JoinHostPort(ev.Host, strconv.Itoa(ev.Port)), dash(ev.Path), sizeOf(ev.BytesUp), sizeOf(ev.BytesDown), dur, note(ev))
+}
+
+// note is the last column: the credentials added, and any error.
+func note(ev api.NetworkEvent) string {
+	var parts []string
+	if ev.Credential != "" {
+		parts = append(parts, "credential "+ev.Credential)
+	}
+	if ev.Error != "" {
+		parts = append(parts, ev.Error)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // sizeOf formats a byte count: 512B, 4.2K, 1.3M, 2.0G.
@@ -250,6 +262,20 @@ func printPolicy(w io.Writer, np *api.NetworkPolicy, asJSON bool) error {
 		}
 		return strings.Join(l, " ")
 	}
-	_, err := fmt.Fprintf(w, "mode:  %s\nallow: %s\ndeny:  %s\n", np.Mode, list(np.Allow), list(np.Deny))
-	return err
+	if _, err := fmt.Fprintf(w, "mode:  %s\nallow: %s\ndeny:  %s\n", np.Mode, list(np.Allow), list(np.Deny)); err != nil {
+		return err
+	}
+	for _, r := range np.HTTP {
+		methods, paths := list(r.Methods), list(r.Paths)
+		if len(r.Methods) == 0 {
+			methods = "any method"
+		}
+		if len(r.Paths) == 0 {
+			paths = "any path"
+		}
+		if _, err := fmt.Fprintf(w, "http:  %s: %s on %s\n", strings.Join(r.Hosts, " "), methods, paths); err != nil {
+			return err
+		}
+	}
+	return nil
 }
