@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/egress"
+	"github.com/airlock-dev/airlock/internal/egress/gateway"
 	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/sandbox"
 	"github.com/airlock-dev/airlock/internal/store"
 )
 
@@ -91,6 +94,19 @@ func (m *Manager) recoverOne(ctx context.Context, r *store.Sandbox) {
 		m.lost(ctx, sb, fmt.Sprintf("could not re-adopt after a daemon restart: %v", err))
 		return
 	}
+	// Egress is a layer like the others: a sandbox whose gateway cannot be
+	// served again does not keep running without it (fail closed).
+	gw, err := m.restoreEgress(sb, rt)
+	if err != nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		if derr := rt.Destroy(dctx); derr != nil {
+			m.log.Error("destroy sandbox", "sandbox", r.ID, "err", derr)
+		}
+		cancel()
+		m.lost(ctx, sb, fmt.Sprintf("could not restore egress after a daemon restart: %v", err))
+		return
+	}
+	sb.egress = gw
 	m.adm.adopt()
 	now := time.Now().UTC()
 	running := map[uint64]bool{}
@@ -137,6 +153,58 @@ func (m *Manager) recoverOne(ctx context.Context, r *store.Sandbox) {
 	sb.rt = rt
 	m.watch(sb, rt)
 	m.log.Info("sandbox re-adopted", "sandbox", r.ID, "state", r.State, "running_processes", len(state.Running))
+}
+
+// restoreEgress serves an adopted sandbox's egress listeners again (the
+// runtime made them anew inside the sandbox) with its policy's network
+// rules: the stored inline policy, or the named policy as the
+// configuration defines it now. A sandbox without network access gets nil.
+// Any mismatch (listeners but no network access in the policy, or the
+// reverse) is an error: the sandbox must not run with egress other than
+// its policy's.
+func (m *Manager) restoreEgress(sb *Sandbox, rt runtime.Sandbox) (*egress.Gateway, error) {
+	var n int
+	if l, ok := rt.(runtime.Listeners); ok {
+		n = len(l.Listeners())
+	}
+	p, _, err := m.cfg.resolve(&api.CreateSandboxRequest{
+		Image: sb.spec.Image, PolicyName: sb.spec.PolicyName, Policy: sb.spec.Policy, Resources: sb.spec.Resources,
+	})
+	switch {
+	case err != nil && n == 0:
+		return nil, nil // no network: the policy is not needed here
+	case err != nil:
+		return nil, fmt.Errorf("its policy: %w", err)
+	case !sandbox.HasNetwork(p) && n == 0:
+		return nil, nil
+	case !sandbox.HasNetwork(p):
+		return nil, fmt.Errorf("the sandbox has egress listeners but its policy %s has no network access now", policyLabel(sb.spec))
+	case n == 0:
+		return nil, fmt.Errorf("its policy %s has network access but the runtime holds no egress listeners for the sandbox", policyLabel(sb.spec))
+	}
+	return egress.Start(rt, p.Network, m.egressOptions(sb.id))
+}
+
+// egressOptions are the gateway options of a sandbox: the daemon's host
+// map, and every record in the daemon's log. (create.go builds the same
+// inline; it can use this.)
+func (m *Manager) egressOptions(id string) egress.Options {
+	return egress.Options{Sandbox: id, Hosts: m.cfg.EgressHosts, Audit: func(r gateway.Record) {
+		m.log.Info("egress", "sandbox", r.Sandbox, "proto", r.Proto, "method", r.Method, "host", r.Host, "port", r.Port,
+			"path", r.Path, "addr", r.Addr, "allowed", r.Allowed, "rule", r.Rule, "bytes_up", r.BytesUp, "bytes_down", r.BytesDown,
+			"ms", float64(r.Duration.Microseconds())/1000)
+	}}
+}
+
+// policyLabel names a sandbox's policy in messages.
+func policyLabel(rec specRecord) string {
+	switch {
+	case rec.Policy != "":
+		return "(inline)"
+	case rec.PolicyName == "":
+		return `"default"`
+	}
+	return fmt.Sprintf("%q", rec.PolicyName)
 }
 
 func hasKey[K comparable, V any](m map[K]V, k K) bool {
