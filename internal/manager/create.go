@@ -15,7 +15,6 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/egress"
-	"github.com/airlock-dev/airlock/internal/egress/gateway"
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
@@ -182,12 +181,7 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	if sandbox.HasNetwork(p) {
-		gw, err := egress.Start(rt, p.Network, egress.Options{Sandbox: sb.id, Hosts: m.cfg.EgressHosts, Setup: setup, Audit: func(r gateway.Record) {
-			m.log.Info("egress", "sandbox", r.Sandbox, "proto", r.Proto, "method", r.Method, "host", r.Host, "port", r.Port,
-				"path", r.Path, "addr", r.Addr, "allowed", r.Allowed, "rule", r.Rule, "bytes_up", r.BytesUp, "bytes_down", r.BytesDown,
-				"ms", float64(r.Duration.Microseconds())/1000)
-			m.audit.add(r)
-		}})
+		gw, err := egress.Start(rt, p.Network, m.egressOptions(sb.id, setup))
 		if err != nil {
 			rt.Destroy(context.WithoutCancel(ctx))
 			forget()

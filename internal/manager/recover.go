@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/egress"
+	"github.com/airlock-dev/airlock/internal/egress/gateway"
 	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/sandbox"
 	"github.com/airlock-dev/airlock/internal/store"
 )
 
@@ -44,6 +48,24 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 		}
 	}
+	// Egress files (CA keys) of sandboxes that are not live any more.
+	if m.cfg.EgressDir != "" {
+		entries, _ := os.ReadDir(m.cfg.EgressDir)
+		for _, e := range entries {
+			m.mu.Lock()
+			sb := m.sandboxes[e.Name()]
+			m.mu.Unlock()
+			live := false
+			if sb != nil {
+				sb.mu.Lock()
+				live = !sb.isFinal()
+				sb.mu.Unlock()
+			}
+			if !live {
+				m.removeEgressDir(e.Name())
+			}
+		}
+	}
 	m.wg.Add(1)
 	go m.run()
 	for _, pl := range m.pools {
@@ -73,6 +95,8 @@ func (m *Manager) recoverOne(ctx context.Context, r *store.Sandbox) {
 	m.mu.Unlock()
 	switch {
 	case sb.isFinal():
+		// Already ended: destroy (a later delete) must not end it again.
+		sb.ending = true
 		close(sb.ended)
 		return
 	case r.State == api.StateCreating:
@@ -91,6 +115,19 @@ func (m *Manager) recoverOne(ctx context.Context, r *store.Sandbox) {
 		m.lost(ctx, sb, fmt.Sprintf("could not re-adopt after a daemon restart: %v", err))
 		return
 	}
+	// Egress is a layer like the others: a sandbox whose gateway cannot be
+	// served again does not keep running without it (fail closed).
+	gw, env, err := m.restoreEgress(sb, rt)
+	if err != nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		if derr := rt.Destroy(dctx); derr != nil {
+			m.log.Error("destroy sandbox", "sandbox", r.ID, "err", derr)
+		}
+		cancel()
+		m.lost(ctx, sb, fmt.Sprintf("could not restore egress after a daemon restart: %v", err))
+		return
+	}
+	sb.egress, sb.egressEnv = gw, env
 	m.adm.adopt()
 	now := time.Now().UTC()
 	running := map[uint64]bool{}
@@ -139,6 +176,71 @@ func (m *Manager) recoverOne(ctx context.Context, r *store.Sandbox) {
 	m.log.Info("sandbox re-adopted", "sandbox", r.ID, "state", r.State, "running_processes", len(state.Running))
 }
 
+// restoreEgress serves an adopted sandbox's egress listeners again (the
+// runtime made them anew inside the sandbox) with its policy's network
+// rules: the stored inline policy, or the named policy as the
+// configuration defines it now, with any change made through the API
+// since; its CA and placeholders are read back and its secrets resolved
+// again. It returns the environment its processes need for the gateway.
+// A sandbox without network access gets nil.
+// Any mismatch (listeners but no network access in the policy, or the
+// reverse) is an error: the sandbox must not run with egress other than
+// its policy's.
+func (m *Manager) restoreEgress(sb *Sandbox, rt runtime.Sandbox) (*egress.Gateway, map[string]string, error) {
+	var n int
+	if l, ok := rt.(runtime.Listeners); ok {
+		n = len(l.Listeners())
+	}
+	p, _, err := m.cfg.resolve(&api.CreateSandboxRequest{
+		Image: sb.spec.Image, PolicyName: sb.spec.PolicyName, Policy: sb.spec.Policy, Resources: sb.spec.Resources,
+	})
+	switch {
+	case err != nil && n == 0:
+		return nil, nil, nil // no network: the policy is not needed here
+	case err != nil:
+		return nil, nil, fmt.Errorf("its policy: %w", err)
+	case !sandbox.HasNetwork(p) && n == 0:
+		return nil, nil, nil
+	case !sandbox.HasNetwork(p):
+		return nil, nil, fmt.Errorf("the sandbox has egress listeners but its policy %s has no network access now", policyLabel(sb.spec))
+	case n == 0:
+		return nil, nil, fmt.Errorf("its policy %s has network access but the runtime holds no egress listeners for the sandbox", policyLabel(sb.spec))
+	}
+	nw := applyNetwork(p.Network, sb.spec.Network)
+	setup, err := egress.Load(m.egressDir(sb.id), nw, m.cfg.Secrets)
+	if err != nil {
+		return nil, nil, err
+	}
+	gw, err := egress.Start(rt, nw, m.egressOptions(sb.id, setup))
+	if err != nil {
+		return nil, nil, err
+	}
+	return gw, setup.Env, nil
+}
+
+// egressOptions are the gateway options of a sandbox: the daemon's host
+// map, its CA and credentials, and every record in the daemon's log and
+// the stored audit.
+func (m *Manager) egressOptions(id string, setup *egress.Setup) egress.Options {
+	return egress.Options{Sandbox: id, Hosts: m.cfg.EgressHosts, Setup: setup, Audit: func(r gateway.Record) {
+		m.log.Info("egress", "sandbox", r.Sandbox, "proto", r.Proto, "method", r.Method, "host", r.Host, "port", r.Port,
+			"path", r.Path, "addr", r.Addr, "allowed", r.Allowed, "rule", r.Rule, "credential", r.Credential,
+			"bytes_up", r.BytesUp, "bytes_down", r.BytesDown, "ms", float64(r.Duration.Microseconds())/1000)
+		m.audit.add(r)
+	}}
+}
+
+// policyLabel names a sandbox's policy in messages.
+func policyLabel(rec specRecord) string {
+	switch {
+	case rec.Policy != "":
+		return "(inline)"
+	case rec.PolicyName == "":
+		return `"default"`
+	}
+	return fmt.Sprintf("%q", rec.PolicyName)
+}
+
 func hasKey[K comparable, V any](m map[K]V, k K) bool {
 	_, ok := m[k]
 	return ok
@@ -154,12 +256,14 @@ func (m *Manager) lost(ctx context.Context, sb *Sandbox, reason string) {
 	}
 	now := time.Now().UTC()
 	sb.rec.State, sb.rec.Reason, sb.rec.EndedAt = api.StateFailed, reason, &now
+	sb.ending = true
 	for _, p := range sb.procs {
 		if p.end(runtime.ExitStatus{Signal: 9}, false, now) {
 			m.saveProc(ctx, p)
 		}
 	}
 	close(sb.ended)
+	m.removeEgressDir(sb.id)
 	if err := m.st.SetState(ctx, sb.id, api.StateFailed, reason, &now); err != nil {
 		m.log.Error("store sandbox state", "sandbox", sb.id, "err", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,6 +113,20 @@ curl -s -m 10 -o /dev/null -w '%%{http_code}' -X POST -H "Authorization: token $
 	mu.Unlock()
 	if got != "GET /user token "+secret+"\nPOST /user token "+secret {
 		t.Fatalf("the server saw %q", got)
+	}
+	// Across a daemon restart (kill -9): the same placeholder, the secret
+	// still added for the bound host only, the changed rules still in force.
+	d.restart(syscall.SIGKILL)
+	out = d.sh(t, sb.ID, fmt.Sprintf(`echo "$GH_TOKEN"
+curl -s -m 10 -o /dev/null -w '%%{http_code}' -X POST -H "Authorization: token $GH_TOKEN" https://api.example.com:%s/after`, port))
+	if out != lines[0]+"\n200" {
+		t.Fatalf("after a restart: %q (placeholder before: %q)", out, lines[0])
+	}
+	mu.Lock()
+	got = seen[len(seen)-1]
+	mu.Unlock()
+	if got != "POST /after token "+secret {
+		t.Fatalf("after a restart the server saw %q", got)
 	}
 	if strings.Contains(d.logs.String(), secret) {
 		t.Fatal("the daemon's log holds the secret")

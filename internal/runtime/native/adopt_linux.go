@@ -50,8 +50,19 @@ var ErrNotAdoptable = errors.New("sandbox cannot be adopted")
 
 // Adopt reconnects to a detached sandbox that another supervisor (this
 // daemon before a restart) created: its processes kept running; the agent
-// reports those still running and those that ended meanwhile.
+// reports those still running and those that ended meanwhile. A sandbox
+// made with Spec.Listen gets its listening sockets again (Listeners), made
+// by this process inside the sandbox's network namespace; if one cannot be
+// made (a *ListenError: EADDRINUSE when something inside the sandbox took
+// the address while no supervisor held it), adoption fails and the
+// sandbox is left as it was, for the caller to remove.
 func (r *Runtime) Adopt(ctx context.Context, id string) (runtime.Sandbox, *agent.State, error) {
+	return r.adopt(ctx, id, true)
+}
+
+// adopt is Adopt; without listen the Spec.Listen sockets are not made
+// again (for Remove, which only destroys).
+func (r *Runtime) adopt(ctx context.Context, id string, listen bool) (runtime.Sandbox, *agent.State, error) {
 	if id == "" || filepath.Base(id) != id || id == "cache" {
 		return nil, nil, fmt.Errorf("sandbox %q: %w", id, ErrNotAdoptable)
 	}
@@ -78,7 +89,7 @@ func (r *Runtime) Adopt(ctx context.Context, id string) (runtime.Sandbox, *agent
 	}
 	sb := &sandbox{
 		id: id, stateDir: dir, workspace: st.Workspace, tempWorkspace: st.TempWS, placeholders: st.Placeholders,
-		detached: true, initPid: st.Init, initPidFD: pidfd,
+		detached: true, initPid: st.Init, initPidFD: pidfd, listen: st.Listen,
 		procs: map[uint64]*process{}, done: make(chan struct{}), exited: make(chan struct{}), swept: make(chan struct{}),
 		info: runtime.Info{ID: id, Runtime: r.Name(), LandlockABI: st.LandlockABI, CgroupPaths: st.Cgroups,
 			Rootless: st.Rootless, HostUID: st.HostUID, Steps: map[string]time.Duration{}},
@@ -86,8 +97,14 @@ func (r *Runtime) Adopt(ctx context.Context, id string) (runtime.Sandbox, *agent
 	close(sb.swept)
 	go sb.pollInit()
 	fail := func(err error) (runtime.Sandbox, *agent.State, error) {
+		sb.closeListeners()
 		sb.closePidFD()
 		return nil, nil, fmt.Errorf("sandbox %q: adopt: %w", id, err)
+	}
+	if listen && len(st.Listen) > 0 {
+		if sb.listeners, err = listenInNetns(st.Init, pidfd, st.Listen); err != nil {
+			return fail(err)
+		}
 	}
 	if len(st.Cgroups) > 0 {
 		if sb.cg, err = cgroup.Open(st.Cgroups); err != nil {

@@ -24,11 +24,17 @@ import (
 // dies without destroying anything (the daemon crash of the adoption test).
 const detachedChildEnv = "AIRLOCK_TEST_DETACHED_CHILD"
 
-func detachedChild(stateRoot, exe string, detached bool) {
+// detachedChild is that supervisor. Mode "listen" gives the sandbox Spec.Listen sockets (which die with this
+// supervisor); "squat" also starts a process inside that binds
+// 127.0.0.1:3128 as soon as this supervisor's listener is gone.
+func detachedChild(stateRoot, exe string, detached bool, mode string) {
 	spec, err := sandbox.Spec(&policy.Policy{}, sandbox.Opts{})
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
+	}
+	if mode != "" {
+		spec.Listen = []string{"127.0.0.1:3128", "[::1]:1080"}
 	}
 	rt := &native.Runtime{Exe: exe, StateRoot: stateRoot, Detached: detached, Reaper: true}
 	sb, err := rt.Create(context.Background(), spec)
@@ -51,6 +57,14 @@ func detachedChild(stateRoot, exe string, detached bool) {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
+	if mode == "squat" {
+		if _, err := sb.Exec(context.Background(), &runtime.ExecRequest{
+			Argv: []string{"python3", "-c", squatter}, Env: env, Dir: "/", Stdin: null, Stdout: null, Stderr: null,
+		}); err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+	}
 	// Let the process write its file before this supervisor "crashes".
 	time.Sleep(200 * time.Millisecond)
 	fmt.Println("id", sb.ID())
@@ -60,12 +74,18 @@ func detachedChild(stateRoot, exe string, detached bool) {
 // runDetachedChild runs the crashing supervisor and returns the sandbox id.
 func runDetachedChild(t *testing.T, stateRoot string, detached bool) string {
 	t.Helper()
+	return runDetachedChildMode(t, stateRoot, detached, "")
+}
+
+// runDetachedChildMode is runDetachedChild with a mode of detachedChild.
+func runDetachedChildMode(t *testing.T, stateRoot string, detached bool, mode string) string {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), detachedChildEnv+"="+stateRoot+":"+airlockBin+":"+fmt.Sprint(detached))
+	cmd.Env = append(os.Environ(), detachedChildEnv+"="+stateRoot+":"+airlockBin+":"+fmt.Sprint(detached)+":"+mode)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("supervisor child: %v\n%s", err, out)

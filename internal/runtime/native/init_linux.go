@@ -229,6 +229,13 @@ func listenTCP(addr string) (int, error) {
 	if err != nil {
 		return -1, err
 	}
+	// SO_REUSEADDR, inherited by accepted connections: a connection the
+	// gateway closed when its daemon stopped (left in FIN_WAIT) must not
+	// keep the next daemon from listening again (Adopt).
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
 	if err := unix.Bind(fd, sa); err != nil {
 		unix.Close(fd)
 		return -1, err

@@ -24,8 +24,8 @@ var airlockBin string
 
 func TestMain(m *testing.M) {
 	if v := os.Getenv(detachedChildEnv); v != "" {
-		parts := strings.SplitN(v, ":", 3)
-		detachedChild(parts[0], parts[1], parts[2] == "true")
+		parts := strings.SplitN(v, ":", 4)
+		detachedChild(parts[0], parts[1], parts[2] == "true", parts[3])
 	}
 	code := func() int {
 		dir, err := os.MkdirTemp("", "airlock-native-test-")

@@ -36,6 +36,7 @@ type sandbox struct {
 	swept         chan struct{} // closed when the sweep Create started is done
 	conn          *agent.Conn
 
+	listen    []string       // Spec.Listen, recorded for a later Adopt
 	listeners []net.Listener // Spec.Listen's sockets, served by the caller
 
 	reaperMu    sync.Mutex
@@ -355,6 +356,7 @@ func (sb *sandbox) state() *stateFile {
 		Workspace: sb.workspace, Placeholders: sb.placeholders, Cgroups: sb.info.CgroupPaths,
 		Detached: sb.detached, Init: sb.initPid, InitStart: procStart(sb.initPid),
 		HostUID: sb.info.HostUID, Rootless: sb.info.Rootless, LandlockABI: sb.info.LandlockABI, TempWS: sb.tempWorkspace,
+		Listen: sb.listen,
 	}
 }
 

@@ -86,7 +86,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	if !isID(id) {
 		return fmt.Errorf("sandbox %q: %w", id, runtime.ErrInvalid)
 	}
-	if sb, _, err := r.Adopt(ctx, id); err == nil {
+	if sb, _, err := r.adopt(ctx, id, false); err == nil {
 		return sb.Destroy(ctx)
 	}
 	dir := filepath.Join(r.stateRoot(), id)
@@ -130,7 +130,7 @@ var _ runtime.Listeners = (*sandbox)(nil)
 func (sb *sandbox) Listeners() []net.Listener { return sb.listeners }
 
 // closeListeners closes the listening sockets (at Destroy, or when setup
-// fails after they arrived).
+// or adoption fails after they were made).
 func (sb *sandbox) closeListeners() {
 	for _, l := range sb.listeners {
 		l.Close()

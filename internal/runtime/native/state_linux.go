@@ -32,6 +32,10 @@ type stateFile struct {
 	Rootless    bool   `json:"rootless,omitempty"`
 	LandlockABI int    `json:"landlock_abi,omitempty"`
 	TempWS      bool   `json:"temp_workspace,omitempty"`
+	// Listen is the Spec's Listen: an adopting supervisor makes these
+	// listening sockets again inside the sandbox (the previous
+	// supervisor's died with it).
+	Listen []string `json:"listen,omitempty"`
 }
 
 // writeState records st, owned by this process, in the state directory.
