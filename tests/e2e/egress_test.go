@@ -7,9 +7,11 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/http"
+	"net/http/cgi"
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -323,5 +325,108 @@ curl -s -m 10 -H "Authorization: Bearer $PROBE_TOKEN" https://api.example.com:%[
 	// (the control); C (no credential) with A's placeholder: unchanged.
 	if len(seen) != 3 || seen[0] != "Bearer "+phA || seen[1] != "Bearer "+secret || seen[2] != "Bearer "+phA {
 		t.Fatalf("the server saw %q", seen)
+	}
+}
+
+// TestEgressClients: git over https (smart HTTP, Basic authorization
+// challenged by the server) and a Go net/http program work through the
+// gateway unchanged, with the credential the gateway adds in place of the
+// placeholder they were configured with.
+func TestEgressClients(t *testing.T) {
+	needRoot(t)
+	backend := "/usr/lib/git-core/git-http-backend"
+	if _, err := os.Stat(backend); err != nil {
+		t.Skipf("no %s: %v", backend, err)
+	}
+	const secret = "clients-Secret-Value-3"
+	// A bare repository with one commit, served by git-http-backend.
+	repos := t.TempDir()
+	src := t.TempDir()
+	for _, args := range [][]string{
+		{"init", "-q", "--bare", filepath.Join(repos, "repo.git")},
+		{"-C", src, "init", "-q"},
+		{"-C", src, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "hello from the server"},
+		{"-C", src, "push", "-q", filepath.Join(repos, "repo.git"), "HEAD:refs/heads/main"},
+		{"-C", filepath.Join(repos, "repo.git"), "symbolic-ref", "HEAD", "refs/heads/main"},
+	} {
+		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git := &cgi.Handler{Path: backend, Env: []string{"GIT_PROJECT_ROOT=" + repos, "GIT_HTTP_EXPORT_ALL=1"}}
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/go") {
+			if r.Header.Get("Authorization") == "Bearer "+secret {
+				fmt.Fprint(w, "go client authorized")
+			} else {
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+			}
+			return
+		}
+		if _, pass, ok := r.BasicAuth(); !ok || pass != secret {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		git.ServeHTTP(w, r)
+	}))
+	ts.EnableHTTP2 = false
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	port := ts.URL[strings.LastIndex(ts.URL, ":")+1:]
+	w := newEgressWorld(t)
+	os.WriteFile(w.caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o644)
+
+	// A Go program, built here, run inside: it reads its proxy and roots
+	// from the environment like any Go tool.
+	work := filepath.Dir(w.caFile)
+	os.WriteFile(filepath.Join(work, "main.go"), []byte(`package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+)
+
+func main() {
+	req, _ := http.NewRequest("GET", os.Args[1], nil)
+	req.Header.Set("Authorization", "Bearer "+os.Getenv("TOKEN"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Println("go error:", err)
+		os.Exit(1)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	fmt.Println(resp.StatusCode, string(b))
+}
+`), 0o644)
+	build := exec.Command("go", "build", "-o", filepath.Join(work, "goclient"), filepath.Join(work, "main.go"))
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	os.WriteFile(pol, []byte(`network:
+  mode: allowlist
+  allow: [git.example.com, 127.0.0.1]
+  http:
+    - {hosts: [git.example.com], methods: [GET, POST], paths: [/repo.git/, /go]}
+`), 0o644)
+	o := opts{env: []string{"TOKEN=" + secret, "SSL_CERT_FILE=" + w.caFile}}
+	r := sh(t, o, w.flags("--add-host", "git.example.com:127.0.0.1", "--policy", pol, "--secret", "TOKEN@git.example.com"), fmt.Sprintf(`
+cd /tmp
+git clone -q "https://x-access-token:$TOKEN@git.example.com:%[1]s/repo.git" clone && git -C clone log --format=%%s
+/workspace/goclient https://git.example.com:%[1]s/go
+`, port))
+	mustOK(t, r, "clients")
+	for _, want := range []string{"hello from the server", "200 go client authorized"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q in:\n%s", want, r)
+		}
+	}
+	if strings.Contains(r.stdout+r.stderr, secret) {
+		t.Errorf("the secret reached the sandbox:\n%s", r)
 	}
 }
