@@ -496,3 +496,16 @@ func TestPrepareAndLoad(t *testing.T) {
 		t.Errorf("a secret with a line break: %v", err)
 	}
 }
+
+// BenchmarkPrepare: what a sandbox with network access pays before it
+// starts (CA key and certificate, trust files, one credential).
+func BenchmarkPrepare(b *testing.B) {
+	b.Setenv("AIRLOCK_TEST_SECRET", testSecret)
+	n := testNetwork()
+	dir := b.TempDir()
+	for i := 0; b.Loop(); i++ {
+		if _, err := Prepare(filepath.Join(dir, fmt.Sprint(i)), "bench", n, BaseBundle(""), nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

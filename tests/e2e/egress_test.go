@@ -430,3 +430,30 @@ git clone -q "https://x-access-token:$TOKEN@git.example.com:%[1]s/repo.git" clon
 		t.Errorf("the secret reached the sandbox:\n%s", r)
 	}
 }
+
+// TestEgressSecretErrors: a credential that cannot be honoured stops the
+// run before the command starts, with one line saying why; the same run
+// with the secret set is the control.
+func TestEgressSecretErrors(t *testing.T) {
+	needRoot(t)
+	for _, tc := range []struct {
+		env   []string
+		flags []string
+		want  string
+	}{
+		{nil, []string{"--secret", "E2E_UNSET_TOKEN@api.example.com", "--net-allow", "api.example.com"}, "$E2E_UNSET_TOKEN is not set in airlock's environment"},
+		{[]string{"E2E_TOKEN=x"}, []string{"--secret", "E2E_TOKEN@api.example.com"}, "need network access"},
+		{[]string{"E2E_TOKEN=x"}, []string{"--secret", "E2E_TOKEN", "--net-allow", "api.example.com"}, "want VAR@HOST"},
+		{[]string{"E2E_TOKEN=x"}, []string{"--secret", "E2E_TOKEN@10.0.0.1", "--net-allow", "api.example.com"}, "is an address"},
+		{[]string{"E2E_TOKEN=a\nb"}, []string{"--secret", "E2E_TOKEN@api.example.com", "--net-allow", "api.example.com"}, "line break"},
+	} {
+		r := run(t, opts{env: tc.env}, tc.flags, "/bin/echo", "started")
+		if r.code == 0 || strings.Contains(r.stdout, "started") || !strings.Contains(r.stderr, tc.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("%v: want a one-line error with %q\n%s", tc.flags, tc.want, r)
+		}
+	}
+	r := run(t, opts{env: []string{"E2E_TOKEN=x"}}, []string{"--secret", "E2E_TOKEN@api.example.com", "--net-allow", "api.example.com"}, "/bin/sh", "-c", `echo "started $E2E_TOKEN"`)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "started airlock-placeholder-") {
+		t.Errorf("control: %s", r)
+	}
+}
