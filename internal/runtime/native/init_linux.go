@@ -213,7 +213,10 @@ func loopbackUp() error {
 var handedOut []int
 
 // listenTCP makes a listening TCP socket on addr ("127.0.0.1:3128") in
-// this network namespace.
+// this network namespace, with SO_REUSEADDR: the previous listener's
+// accepted connections may linger (TIME_WAIT, or FIN_WAIT after a daemon
+// stopped) on the address, which must not block listening again (Adopt);
+// a socket still listening there (something inside the sandbox) does.
 func listenTCP(addr string) (int, error) {
 	ap, err := netip.ParseAddrPort(addr)
 	if err != nil {
@@ -229,9 +232,6 @@ func listenTCP(addr string) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	// SO_REUSEADDR, inherited by accepted connections: a connection the
-	// gateway closed when its daemon stopped (left in FIN_WAIT) must not
-	// keep the next daemon from listening again (Adopt).
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
 		unix.Close(fd)
 		return -1, err

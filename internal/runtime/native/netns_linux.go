@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	goruntime "runtime"
 
@@ -82,7 +81,7 @@ func listenInNetns(pid, pidfd int, addrs []string) (_ []net.Listener, retErr err
 	}()
 	err = inNetns(nsfd, &target, func() error {
 		for _, addr := range addrs {
-			fd, err := listenTCPReuse(addr)
+			fd, err := listenTCP(addr)
 			if err != nil {
 				return &ListenError{Addr: addr, Err: err}
 			}
@@ -182,37 +181,3 @@ func checkSocketNetns(fd int, want *unix.Stat_t) error {
 }
 
 func sameFile(a, b *unix.Stat_t) bool { return a.Dev == b.Dev && a.Ino == b.Ino }
-
-// listenTCPReuse is listenTCP with SO_REUSEADDR: the previous listener's
-// accepted connections may linger in TIME_WAIT on the address, which must
-// not block it; a socket still listening there (something inside the
-// sandbox) does, as it should.
-func listenTCPReuse(addr string) (int, error) {
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		return -1, err
-	}
-	family := unix.AF_INET6
-	var sa unix.Sockaddr = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
-	if ap.Addr().Is4() {
-		family = unix.AF_INET
-		sa = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
-	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return -1, err
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	if err := unix.Bind(fd, sa); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	if err := unix.Listen(fd, 128); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	return fd, nil
-}
