@@ -91,6 +91,12 @@ func Start(sb runtime.Sandbox, n policy.Network, o Options) (*Gateway, error) {
 		return nil, errors.New("egress: the sandbox has no gateway listeners (the runtime must support Spec.Listen)")
 	}
 	ls := lp.Listeners()
+	if n.MaxConnections > 0 {
+		o.MaxConns = n.MaxConnections
+	}
+	if n.MaxBytes > 0 {
+		o.MaxBytes = n.MaxBytes
+	}
 	gw := gateway.New(gateway.Config{
 		Sandbox: o.Sandbox, Policy: cp,
 		Resolver: &gateway.StaticResolver{Hosts: o.Hosts, Fallback: net.DefaultResolver},

@@ -64,6 +64,8 @@ func (p *Policy) Marshal() ([]byte, error) {
 		Deny        []string     `yaml:"deny,omitempty"`
 		HTTP        []httpRule   `yaml:"http,omitempty"`
 		Credentials []credential `yaml:"credentials,omitempty"`
+		MaxConns    int          `yaml:"max_connections,omitempty"`
+		MaxBytes    string       `yaml:"max_bytes,omitempty"`
 	}
 	type file struct {
 		Image       string       `yaml:"image,omitempty"`
@@ -114,8 +116,8 @@ func (p *Policy) Marshal() ([]byte, error) {
 	if len(p.Seccomp.Deny) > 0 {
 		f.Seccomp = &sec{p.Seccomp.Deny}
 	}
-	if n := p.Network; n.Mode != "" || len(n.Allow)+len(n.Deny)+len(n.HTTP)+len(n.Credentials) > 0 {
-		f.Network = &network{Mode: n.Mode, Allow: n.Allow, Deny: n.Deny}
+	if n := p.Network; n.Mode != "" || len(n.Allow)+len(n.Deny)+len(n.HTTP)+len(n.Credentials) > 0 || n.MaxConnections != 0 || n.MaxBytes != 0 {
+		f.Network = &network{Mode: n.Mode, Allow: n.Allow, Deny: n.Deny, MaxConns: n.MaxConnections, MaxBytes: size(n.MaxBytes)}
 		for _, r := range n.HTTP {
 			f.Network.HTTP = append(f.Network.HTTP, httpRule(r))
 		}

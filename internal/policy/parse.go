@@ -134,7 +134,7 @@ var (
 	resourceKeys   = []string{"memory", "swap", "pids", "cpu", "timeout", "disk", "tmp", "shm", "nofile", "fsize"}
 	environKeys    = []string{"set", "pass"}
 	seccompKeys    = []string{"deny"}
-	networkKeys    = []string{"mode", "allow", "deny", "http", "credentials"}
+	networkKeys    = []string{"mode", "allow", "deny", "http", "credentials", "max_connections", "max_bytes"}
 	httpRuleKeys   = []string{"hosts", "methods", "paths"}
 	credentialKeys = []string{"name", "hosts", "secret", "env", "header", "format"}
 )
@@ -173,6 +173,20 @@ func (d *decoder) top(n *yaml.Node) error {
 						dst = &p.Network.Deny
 					}
 					return d.strings(v, k, dst)
+				case "max_connections":
+					s, err := d.str(v, k)
+					if err != nil {
+						return err
+					}
+					if n, err := strconv.Atoi(s); err != nil || n < 0 || n > 1<<20 {
+						return d.errf(v, k, "invalid number of connections %q (want a whole number, 0 for the default)", s)
+					} else {
+						p.Network.MaxConnections = n
+					}
+					return nil
+				case "max_bytes":
+					p.Network.MaxBytes, err = d.size(v, k)
+					return err
 				case "http":
 					return d.list(v, k, func(k string, item *yaml.Node) error {
 						var r HTTPRule

@@ -56,6 +56,8 @@ network:
       env: GH_PLACEHOLDER
       header: Authorization
       format: "Bearer {secret}"
+  max_connections: 64
+  max_bytes: 1GiB
 `
 
 func TestParseFull(t *testing.T) {
@@ -90,6 +92,7 @@ func TestParseFull(t *testing.T) {
 			HTTP: []HTTPRule{{Hosts: []string{"api.github.com"}, Methods: []string{"GET", "HEAD"}, Paths: []string{"/repos/"}}},
 			Credentials: []Credential{{Name: "github", Hosts: []string{"api.github.com"}, Secret: "env:GH_TOKEN",
 				Env: "GH_PLACEHOLDER", Header: "Authorization", Format: "Bearer {secret}"}},
+			MaxConnections: 64, MaxBytes: 1 << 30,
 		},
 		Source: "agent.yaml",
 	}
@@ -230,7 +233,7 @@ func TestParseErrors(t *testing.T) {
 		{"\nresources:\n  memory: 1G\n  swap: 0\n  pids: 5\n  cpu: 1\n  memroy: 1G", "agent.yaml:7: resources.memroy: unknown key (known: memory, swap, pids, cpu, timeout, disk, tmp, shm, nofile, fsize)"},
 		{"environment:\n  sett: {A: b}", "agent.yaml:2: environment.sett: unknown key (known: set, pass)"},
 		{"seccomp:\n  allow: [read]", "agent.yaml:2: seccomp.allow: unknown key (known: deny)"},
-		{"network:\n  mode: none\n  allowed: [example.com]", "agent.yaml:3: network.allowed: unknown key (known: mode, allow, deny, http, credentials)"},
+		{"network:\n  mode: none\n  allowed: [example.com]", "agent.yaml:3: network.allowed: unknown key (known: mode, allow, deny, http, credentials, max_connections, max_bytes)"},
 		{"? |\n  multi\n  line\n: 1", `agent.yaml:1: "multi\nline\n": unknown key`},
 		{"environment:\n  set:\n    \"A\\nB\": 1\n    \"A\\nB\": 2", `agent.yaml:4: environment.set."A\nB": duplicate key`},
 		{"a: &x {b: 1}\n<<: *x", "agent.yaml:1: a: unknown key"},
@@ -348,6 +351,9 @@ func TestParseErrors(t *testing.T) {
 		{"network:\n  credentials:\n    - {hosts: [a.example], secret: env:T, env: T}\n    - {hosts: [b.example], secret: env:U, env: T}", "agent.yaml:4: network.credentials[1].env: T holds the placeholder of an earlier credential"},
 		{"network:\n  credentials:\n    - {hosts: [a.example], secret: env:T, header: 'X Y'}", `agent.yaml:3: network.credentials[0].header: invalid header name "X Y"`},
 		{"network:\n  credentials:\n    - {hosts: [a.example], secret: env:T, header: X-Key, format: 'Bearer'}", `agent.yaml:3: network.credentials[0].format: format "Bearer": want a header value containing {secret}`},
+
+		{"network:\n  max_connections: -1", `agent.yaml:2: network.max_connections: invalid number of connections "-1"`},
+		{"network:\n  max_bytes: lots", `agent.yaml:2: network.max_bytes: `},
 
 		// YAML syntax, documents
 		{"image: /a\n---\nimage: /b", `agent.yaml:2: multiple YAML documents in one policy file`},

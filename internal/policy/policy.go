@@ -113,6 +113,11 @@ type Network struct {
 	// Credentials are secrets held outside the sandbox and added by the
 	// gateway to requests to the hosts they are bound to.
 	Credentials []Credential
+	// MaxConnections caps the sandbox's concurrent connections through
+	// the gateway (0: the gateway's default, 256); MaxBytes caps the bytes
+	// both ways over the sandbox's life (0: no cap).
+	MaxConnections int
+	MaxBytes       int64
 }
 
 // HTTPRule allows requests to Hosts by method and path. A request to a

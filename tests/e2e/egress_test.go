@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -454,6 +455,53 @@ func TestEgressSecretErrors(t *testing.T) {
 	}
 	r := run(t, opts{env: []string{"E2E_TOKEN=x"}}, []string{"--secret", "E2E_TOKEN@api.example.com", "--net-allow", "api.example.com"}, "/bin/sh", "-c", `echo "started $E2E_TOKEN"`)
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "started airlock-placeholder-") {
+		t.Errorf("control: %s", r)
+	}
+}
+
+// TestEgressCaps: the policy's max_connections and max_bytes, each next
+// to its control.
+func TestEgressCaps(t *testing.T) {
+	needRoot(t)
+	big := strings.Repeat("x", 64<<10)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			io.WriteString(w, big)
+			return
+		}
+		io.WriteString(w, "small")
+	}))
+	t.Cleanup(ts.Close)
+	port := ts.URL[strings.LastIndex(ts.URL, ":")+1:]
+	w := newEgressWorld(t)
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	os.WriteFile(pol, []byte("network:\n  mode: allowlist\n  allow: [api.test, 127.0.0.1]\n  max_connections: 1\n  max_bytes: 16KiB\n"), 0o644)
+	r := sh(t, opts{}, w.flags("--policy", pol), fmt.Sprintf(`
+curl -s -m 10 http://api.test:%[1]s/small; echo
+python3 -c "
+import socket, subprocess
+held = socket.create_connection(('127.0.0.1', 3128), timeout=10)   # the one connection allowed
+out = subprocess.run(['curl', '-s', '-m', '10', '-o', '/dev/null', '-w', '%%{http_code}', 'http://api.test:%[1]s/small'], capture_output=True, text=True).stdout
+print('second connection:', out)
+held.close()
+"
+sleep 0.5
+curl -s -m 10 -o /dev/null -w 'after close: %%{http_code}\n' http://api.test:%[1]s/small
+curl -s -m 10 -o /dev/null http://api.test:%[1]s/big; echo "big: $?"
+curl -s -m 10 -o /dev/null -w 'spent: %%{http_code}\n' http://api.test:%[1]s/small
+`, port))
+	mustOK(t, r, "caps")
+	for _, want := range []string{"small\n", "second connection: 503", "after close: 200", "spent: 503"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q in:\n%s", want, r)
+		}
+	}
+	if strings.Contains(r.stdout, "big: 0") {
+		t.Errorf("64 KiB went through a 16 KiB budget:\n%s", r)
+	}
+	// The control: without the caps, the same big download completes.
+	r = sh(t, opts{}, w.flags("--net-allow", "api.test", "--net-allow", "127.0.0.1"), fmt.Sprintf(`curl -s -m 10 http://api.test:%s/big | wc -c`, port))
+	if strings.TrimSpace(r.stdout) != fmt.Sprint(len(big)) {
 		t.Errorf("control: %s", r)
 	}
 }
