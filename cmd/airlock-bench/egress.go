@@ -54,12 +54,12 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/egress/gateway"
-	"github.com/airlock-dev/airlock/internal/egress/rules"
 	"github.com/airlock-dev/airlock/internal/policy"
 )
 
 const (
-	benchHost = "bench.test" // resolves to 127.0.0.1, for the gateway and the direct clients
+	benchHost   = "bench.test"   // resolves to 127.0.0.1, for the gateway and the direct clients
+	inspectHost = "inspect.test" // the same server, a host the gateway inspects
 
 	targetThroughput = 0.80   // gateway / direct median throughput, at least
 	targetAddedP50   = 1000.0 // µs added to the p50 latency, at most
@@ -134,22 +134,10 @@ func runEgress(args []string) int {
 	return 0
 }
 
-// benchAdapter makes a rules.Policy a gateway.Policy, as internal/egress does.
-type benchAdapter struct{ p *rules.Policy }
-
-func (a benchAdapter) Host(host string, port int) gateway.Decision {
-	d := a.p.Host(host, port)
-	return gateway.Decision{Allow: d.Allow, Rule: d.Rule}
-}
-
-func (a benchAdapter) Addr(host string, ip netip.Addr, port int) gateway.Decision {
-	d := a.p.Addr(host, ip, port)
-	return gateway.Decision{Allow: d.Allow, Rule: d.Rule}
-}
-
 // egressWorld is the servers, the gateway and the clients.
 type egressWorld struct {
 	plainURL, tlsURL string // http://bench.test:PORT, https://bench.test:PORT
+	inspectURL       string // https://inspect.test:PORT: the same server, inspected by the gateway
 	roots            *x509.CertPool
 	gw               *gateway.Gateway
 	httpProxy        *url.URL
@@ -177,7 +165,7 @@ func newEgressWorld() (w *egressWorld, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w.roots = roots
+	w.roots = roots.Clone()
 	quiet := log.New(io.Discard, "", 0)
 	newServer := func() *http.Server {
 		return &http.Server{
@@ -205,16 +193,28 @@ func newEgressWorld() (w *egressWorld, err error) {
 	go ts.ServeTLS(tl, "", "")
 	w.plainURL = fmt.Sprintf("http://%s:%d", benchHost, pl.Addr().(*net.TCPAddr).Port)
 	w.tlsURL = fmt.Sprintf("https://%s:%d", benchHost, tl.Addr().(*net.TCPAddr).Port)
+	w.inspectURL = fmt.Sprintf("https://%s:%d", inspectHost, tl.Addr().(*net.TCPAddr).Port)
 
-	rp, err := egress.Compile(policy.Network{Mode: "allowlist", Allow: []string{benchHost, "127.0.0.1"}})
+	// inspect.test has a request rule (any request): the gateway terminates
+	// its TLS with a sandbox CA, as for a host with credentials.
+	gp, err := egress.NewPolicy(policy.Network{Mode: "allowlist", Allow: []string{benchHost, inspectHost, "127.0.0.1"},
+		HTTP: []policy.HTTPRule{{Hosts: []string{inspectHost}}}}, nil)
 	if err != nil {
 		return nil, err
 	}
+	ca, err := gateway.NewCA("bench")
+	if err != nil {
+		return nil, err
+	}
+	w.roots.AddCert(ca.Certificate()) // the sandbox's trust: the world's and its CA
+	loop := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 	w.gw = gateway.New(gateway.Config{
-		Sandbox:  "bench",
-		Policy:   benchAdapter{rp},
-		Resolver: &gateway.StaticResolver{Hosts: map[string][]netip.Addr{benchHost: {netip.MustParseAddr("127.0.0.1")}}},
-		Audit:    w.audit,
+		Sandbox:       "bench",
+		Policy:        gp,
+		Resolver:      &gateway.StaticResolver{Hosts: map[string][]netip.Addr{benchHost: loop, inspectHost: loop}},
+		Audit:         w.audit,
+		CA:            ca,
+		UpstreamRoots: roots,
 	})
 	hl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -373,6 +373,7 @@ func egressBench(o egressOpts) (*egressResult, error) {
 		{name: "SOCKS5", client: w.client(w.socksProxy, true, dlTimeout), url: w.plainURL + sizePath},
 		{name: "TLS direct", client: w.client(nil, true, dlTimeout), url: w.tlsURL + sizePath},
 		{name: "CONNECT", client: w.client(w.httpProxy, true, dlTimeout), url: w.tlsURL + sizePath},
+		{name: "inspected", client: w.client(w.httpProxy, true, dlTimeout), url: w.inspectURL + sizePath},
 	}
 	logf("egress: downloads of %d MiB, %d per configuration, interleaved", o.sizeMiB, o.reps)
 	warmPath := fmt.Sprintf("/size/%d", min(size, 8<<20))
@@ -411,6 +412,7 @@ func egressBench(o egressOpts) (*egressResult, error) {
 		thr("download "+sz+", HTTP, via HTTP proxy (absolute URI)", dl[0], dl[1]),
 		thr("download "+sz+", HTTP, via SOCKS5", dl[0], dl[2]),
 		thr("download "+sz+", HTTPS, via CONNECT", dl[3], dl[4]),
+		thr("download "+sz+", HTTPS, inspected (TLS terminated, sent on over TLS)", dl[3], dl[5]),
 	)
 
 	// 2. Latency per request, interleaved request by request.
@@ -421,6 +423,8 @@ func egressBench(o egressOpts) (*egressResult, error) {
 		{name: "keep-alive SOCKS5", client: w.client(w.socksProxy, true, smallTimeout), url: w.plainURL + small},
 		{name: "new TLS direct", client: w.client(nil, false, smallTimeout), url: w.tlsURL + small},
 		{name: "new TLS CONNECT", client: w.client(w.httpProxy, false, smallTimeout), url: w.tlsURL + small},
+		{name: "keep-alive TLS direct", client: w.client(nil, true, smallTimeout), url: w.tlsURL + small},
+		{name: "keep-alive inspected", client: w.client(w.httpProxy, true, smallTimeout), url: w.inspectURL + small},
 	}
 	logf("egress: latency, %d samples per configuration, interleaved", o.samples)
 	for i := 0; i < 20; i++ { // warm-up
@@ -434,7 +438,7 @@ func egressBench(o egressOpts) (*egressResult, error) {
 	// the teardown of a new connection does not land in a kept-alive
 	// sample; within each group the order is shuffled every round, so that
 	// no configuration always follows the same one.
-	for _, group := range [][]*benchCase{lat[:3], lat[3:]} {
+	for _, group := range [][]*benchCase{lat[:3], lat[3:5], lat[5:]} {
 		for i := 0; i < o.samples; i++ {
 			for _, c := range order.shuffle(group) {
 				d, _, err := get(c.client, c.url, buf)
@@ -467,6 +471,8 @@ func egressBench(o egressOpts) (*egressResult, error) {
 		pct("GET, kept-alive HTTP, via SOCKS5", lat[0], lat[2], 99),
 		pct("GET, new TCP+TLS connection, via CONNECT", lat[3], lat[4], 50),
 		pct("GET, new TCP+TLS connection, via CONNECT", lat[3], lat[4], 99),
+		pct("GET, kept-alive HTTPS, inspected", lat[5], lat[6], 50),
+		pct("GET, kept-alive HTTPS, inspected", lat[5], lat[6], 99),
 	)
 
 	// 3. New connections per second: rounds, each configuration in turn.
@@ -513,7 +519,7 @@ func egressBench(o egressOpts) (*egressResult, error) {
 		res.audited[k] = v
 	}
 	w.mu.Unlock()
-	for _, p := range []string{"http", "connect", "socks"} {
+	for _, p := range []string{"http", "connect", "socks", "https"} {
 		if res.audited[p] == 0 {
 			res.warnings = append(res.warnings, fmt.Sprintf("the gateway audited no %s traffic: the gateway rows did not go through it", p))
 		}
@@ -632,7 +638,7 @@ func printEgress(out io.Writer, res *egressResult) {
 		fmt.Fprintf(&b, "download MB/s min-max: %s\n", strings.Join(res.spread, ", "))
 	}
 	var kinds []string
-	for _, p := range []string{"http", "connect", "socks"} {
+	for _, p := range []string{"http", "connect", "socks", "https"} {
 		kinds = append(kinds, fmt.Sprintf("%s %d", p, res.audited[p]))
 	}
 	fmt.Fprintf(&b, "gateway audit records: %s; denied %d\n", strings.Join(kinds, ", "), res.denied)
@@ -677,7 +683,7 @@ func benchCerts() (tls.Certificate, *x509.CertPool, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2),
 		Subject:      pkix.Name{CommonName: benchHost},
-		DNSNames:     []string{benchHost},
+		DNSNames:     []string{benchHost, inspectHost},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(24 * time.Hour),

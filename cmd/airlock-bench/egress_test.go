@@ -48,12 +48,15 @@ func TestEgressTinyRun(t *testing.T) {
 		"| download 1 MiB, HTTP, via HTTP proxy (absolute URI) |",
 		"| download 1 MiB, HTTP, via SOCKS5 |",
 		"| download 1 MiB, HTTPS, via CONNECT |",
+		"| download 1 MiB, HTTPS, inspected (TLS terminated, sent on over TLS) |",
 		"| GET, kept-alive HTTP, via HTTP proxy, p50 |",
 		"| GET, kept-alive HTTP, via HTTP proxy, p99 |",
 		"| GET, kept-alive HTTP, via SOCKS5, p50 |",
 		"| GET, kept-alive HTTP, via SOCKS5, p99 |",
 		"| GET, new TCP+TLS connection, via CONNECT, p50 |",
 		"| GET, new TCP+TLS connection, via CONNECT, p99 |",
+		"| GET, kept-alive HTTPS, inspected, p50 |",
+		"| GET, kept-alive HTTPS, inspected, p99 |",
 		"| new connections/s, HTTP, 2 clients, via HTTP proxy |",
 		"| new connections/s, HTTPS, 2 clients, via CONNECT |",
 	} {
@@ -61,7 +64,7 @@ func TestEgressTinyRun(t *testing.T) {
 			t.Errorf("no row %q in\n%s", row, out)
 		}
 	}
-	if len(res.rows) != 11 || strings.Contains(out, "n/a") || strings.Contains(out, "no data") {
+	if len(res.rows) != 14 || strings.Contains(out, "n/a") || strings.Contains(out, "no data") {
 		t.Errorf("%d rows, or rows without data:\n%s", len(res.rows), out)
 	}
 }

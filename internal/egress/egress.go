@@ -34,6 +34,16 @@ func Compile(n policy.Network) (*rules.Policy, error) {
 	return rules.Compile(mode, n.Allow, n.Deny)
 }
 
+// NewPolicy is the gateway policy of n, with the credentials of s (nil:
+// none), for callers that run a gateway.Gateway themselves.
+func NewPolicy(n policy.Network, s *Setup) (gateway.Policy, error) {
+	var creds []*Bound
+	if s != nil {
+		creds = s.Creds
+	}
+	return compile(n, creds)
+}
+
 // compile makes the gateway's policy: n's rules, with the credentials
 // bound at start (which cannot change while the sandbox runs).
 func compile(n policy.Network, creds []*Bound) (*compiled, error) {
