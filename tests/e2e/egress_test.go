@@ -3,6 +3,8 @@
 package e2e
 
 import (
+	"archive/zip"
+	"bytes"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -503,5 +505,90 @@ curl -s -m 10 -o /dev/null -w 'spent: %%{http_code}\n' http://api.test:%[1]s/sma
 	r = sh(t, opts{}, w.flags("--net-allow", "api.test", "--net-allow", "127.0.0.1"), fmt.Sprintf(`curl -s -m 10 http://api.test:%s/big | wc -c`, port))
 	if strings.TrimSpace(r.stdout) != fmt.Sprint(len(big)) {
 		t.Errorf("control: %s", r)
+	}
+}
+
+// TestEgressPackageManagers: npm (with an auth token it holds only as a
+// placeholder) and pip fetch from registries through the gateway, trusting
+// the sandbox CA from the variables airlock sets, with nothing configured
+// for the proxy.
+func TestEgressPackageManagers(t *testing.T) {
+	needRoot(t)
+	for _, tool := range []string{"/usr/bin/npm", "/usr/bin/python3"} {
+		if _, err := os.Stat(tool); err != nil {
+			t.Skipf("no %s: %v", tool, err)
+		}
+	}
+	if err := exec.Command("/usr/bin/python3", "-m", "pip", "--version").Run(); err != nil {
+		t.Skipf("no pip for /usr/bin/python3: %v", err)
+	}
+	const secret = "npm-Secret-Token-5"
+	var wheel bytes.Buffer
+	zw := zip.NewWriter(&wheel)
+	for name, body := range map[string]string{
+		"demo/__init__.py":                 "",
+		"demo-1.0.dist-info/METADATA":      "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n",
+		"demo-1.0.dist-info/WHEEL":         "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+		"demo-1.0.dist-info/RECORD":        "",
+		"demo-1.0.dist-info/top_level.txt": "demo\n",
+	} {
+		f, _ := zw.Create(name)
+		io.WriteString(f, body)
+	}
+	zw.Close()
+	var mu sync.Mutex
+	var npmAuth []string
+	var port string
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/demo-pkg":
+			mu.Lock()
+			npmAuth = append(npmAuth, r.Header.Get("Authorization"))
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"name":"demo-pkg","dist-tags":{"latest":"1.2.3"},"versions":{"1.2.3":{"name":"demo-pkg","version":"1.2.3","dist":{"tarball":"https://registry.example.com:%s/demo-pkg/-/demo-pkg-1.2.3.tgz"}}}}`, port)
+		case r.URL.Path == "/simple/demo/":
+			fmt.Fprint(w, `<html><body><a href="/files/demo-1.0-py3-none-any.whl">demo-1.0-py3-none-any.whl</a></body></html>`)
+		case r.URL.Path == "/files/demo-1.0-py3-none-any.whl":
+			w.Write(wheel.Bytes())
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	ts.EnableHTTP2 = false
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	port = ts.URL[strings.LastIndex(ts.URL, ":")+1:]
+	w := newEgressWorld(t)
+	os.WriteFile(w.caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o644)
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	os.WriteFile(pol, []byte(`network:
+  mode: allowlist
+  allow: [registry.example.com, pypi.example.com, 127.0.0.1]
+  http:
+    - {hosts: [registry.example.com, pypi.example.com], methods: [GET, HEAD]}
+`), 0o644)
+	o := opts{env: []string{"NPM_TOKEN=" + secret, "SSL_CERT_FILE=" + w.caFile}}
+	r := sh(t, o, w.flags("--add-host", "registry.example.com:127.0.0.1", "--add-host", "pypi.example.com:127.0.0.1",
+		"--policy", pol, "--secret", "NPM_TOKEN@registry.example.com"), fmt.Sprintf(`
+cd /tmp
+printf '//registry.example.com:%[1]s/:_authToken=${NPM_TOKEN}\n' > npmrc
+npm view demo-pkg version --registry https://registry.example.com:%[1]s/ --userconfig /tmp/npmrc --cache /tmp/npm-cache --no-update-notifier 2>&1
+python3 -m pip download -q --no-deps --disable-pip-version-check --no-cache-dir -d /tmp/dl --index-url https://pypi.example.com:%[1]s/simple/ demo 2>&1
+ls /tmp/dl
+`, port))
+	mustOK(t, r, "package managers")
+	for _, want := range []string{"1.2.3", "demo-1.0-py3-none-any.whl"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q in:\n%s", want, r)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(npmAuth) == 0 || npmAuth[0] != "Bearer "+secret {
+		t.Errorf("the registry saw Authorization %q", npmAuth)
+	}
+	if strings.Contains(r.stdout+r.stderr, secret) {
+		t.Errorf("the secret reached the sandbox:\n%s", r)
 	}
 }
