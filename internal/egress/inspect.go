@@ -207,6 +207,17 @@ func (in *inspection) Inject(h http.Header, u *url.URL) []string {
 	return used
 }
 
+// Scrub implements gateway.Interception.
+func (in *inspection) Scrub(h http.Header) {
+	for _, b := range in.creds {
+		for _, vs := range h {
+			for i, v := range vs {
+				vs[i] = strings.ReplaceAll(v, b.secret, b.Placeholder)
+			}
+		}
+	}
+}
+
 // Bound is a credential ready for the gateway: its secret, the hosts it
 // may go to, and the placeholder the sandbox sees instead.
 type Bound struct {

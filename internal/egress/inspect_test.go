@@ -76,6 +76,7 @@ func newUpstream(t *testing.T, cert *tls.Certificate) *upstream {
 		u.got = append(u.got, seen{host: r.Host, path: r.URL.EscapedPath(), query: r.URL.RawQuery, header: r.Header.Clone()})
 		u.mu.Unlock()
 		io.Copy(io.Discard, r.Body)
+		w.Header().Set("X-Echo", r.Header.Get("Authorization")) // a server that echoes credentials
 		io.WriteString(w, "ok "+r.Method+" "+r.URL.Path)
 	}))
 	if cert != nil {
@@ -248,9 +249,13 @@ func TestCredentialInjection(t *testing.T) {
 		c := h.client(socks)
 		// The bound host gets the secret: in place of the placeholder in a
 		// header and in the query, and as the configured header.
-		st, body, _ := h.do(t, c, "GET", fmt.Sprintf("https://api.test:%d/repos/x?key=%s&a=1", h.api.port, ph), map[string]string{"Authorization": "Bearer " + ph})
+		st, body, rh := h.do(t, c, "GET", fmt.Sprintf("https://api.test:%d/repos/x?key=%s&a=1", h.api.port, ph), map[string]string{"Authorization": "Bearer " + ph})
 		if st != 200 || body != "ok GET /repos/x" {
 			t.Fatalf("socks=%v: %d %q", socks, st, body)
+		}
+		// The server echoed the secret; the sandbox gets the placeholder.
+		if rh.Get("X-Echo") != "Bearer "+ph {
+			t.Fatalf("socks=%v: echoed header reached the sandbox as %q", socks, rh.Get("X-Echo"))
 		}
 		got := h.api.last(t)
 		if got.header.Get("Authorization") != "Bearer "+testSecret || got.header.Get("X-Api-Key") != "key "+testSecret || got.query != "key="+testSecret+"&a=1" {

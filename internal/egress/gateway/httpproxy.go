@@ -542,6 +542,9 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 		return refuse(http.StatusBadGateway, "", "airlock egress: protocol upgrades are not proxied: use CONNECT")
 	}
 	stripHop(resp.Header)
+	if ix != nil && icpt != nil {
+		icpt.Scrub(resp.Header)
+	}
 	// A streamed (or large) body is flushed to the client before each
 	// upstream read that may block; a small one goes out with the head.
 	rb := &respBody{src: resp.Body, g: g, c: c, bw: bw, touch: touch,

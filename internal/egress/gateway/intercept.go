@@ -36,6 +36,10 @@ type Interception interface {
 	// never values). It is called only for requests inside an intercepted
 	// TLS tunnel, which go upstream over TLS to the tunnel's host.
 	Inject(h http.Header, u *url.URL) []string
+	// Scrub puts placeholders back in place of secrets in the headers of
+	// a response on its way to the sandbox (a server that echoes a
+	// credential must not hand it over). Bodies are not scrubbed.
+	Scrub(h http.Header)
 }
 
 // interceptFor returns the current policy's rules for tg, or nil. IP
