@@ -144,7 +144,8 @@ func pathUnder(path, prefix string) bool {
 
 // canonicalPath decodes an escaped request path for rule matching, and
 // refuses spellings a server might read differently from the rules: dot
-// segments, encoded slashes or backslashes, empty segments, NULs.
+// segments (with ";parameters" too), encoded slashes or backslashes,
+// empty segments, NULs.
 func canonicalPath(escaped string) (string, bool) {
 	lower := strings.ToLower(escaped)
 	if strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") || strings.Contains(escaped, "\\") {
@@ -155,6 +156,9 @@ func canonicalPath(escaped string) (string, bool) {
 		return "", false
 	}
 	for seg := range strings.SplitSeq(p, "/") {
+		// Some servers drop ";parameters" before resolving dot segments
+		// ("/repos/..;/admin").
+		seg, _, _ = strings.Cut(seg, ";")
 		if seg == "." || seg == ".." {
 			return "", false
 		}

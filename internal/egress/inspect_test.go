@@ -334,6 +334,8 @@ func TestRequestRules(t *testing.T) {
 		{"GET", "/repos/%2e%2e/admin", false},
 		{"GET", "/repos/..%2fadmin", false},
 		{"GET", "/repos//x", false},
+		{"GET", "/repos/..;/admin", false},
+		{"GET", "/repos/a;b/c", true},
 	} {
 		before := h.api.count()
 		req, _ := http.NewRequest(tc.method, base+"/", nil)
