@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/egress/gateway"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/sandbox"
@@ -116,6 +117,9 @@ func apiPolicyAllowed(p *policy.Policy) error {
 		return invalid("policy: environment.pass would copy the daemon's environment into the sandbox; use environment.set or env")
 	case p.Resources.Timeout != 0:
 		return invalid("policy: resources.timeout is not used by the API; use timeout_seconds")
+	}
+	if p.Network.MaxConnections > gateway.DefaultMaxConns {
+		return invalid("policy: network.max_connections %d: API callers may lower the gateway's cap of %d connections, not raise it (the connections are the daemon's)", p.Network.MaxConnections, gateway.DefaultMaxConns)
 	}
 	for i, c := range p.Network.Credentials {
 		if strings.Contains(c.Secret, ":") {

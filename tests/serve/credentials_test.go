@@ -143,6 +143,8 @@ curl -s -m 10 -o /dev/null -w '%%{http_code}' -X POST -H "Authorization: token $
 		_, err := d.c.CreateSandbox(ctxT(t), &api.CreateSandboxRequest{Policy: pol(src)})
 		wantCode(t, "credential "+src, err, 400)
 	}
+	_, err = d.c.CreateSandbox(ctxT(t), &api.CreateSandboxRequest{Policy: pol("github") + "  max_connections: 100000\n"})
+	wantCode(t, "raising the connection cap", err, 400)
 	if after := d.stateEntries(); strings.Join(after, ",") != strings.Join(before, ",") {
 		t.Fatalf("a refused creation left state behind: %v -> %v", before, after)
 	}
