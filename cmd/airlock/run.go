@@ -177,6 +177,18 @@ func buildPolicy(f *runFlags) (*policy.Policy, error) {
 			Name: name, Hosts: strings.Split(hosts, ","), Secret: "env:" + name, Env: name,
 		})
 	}
+	for _, c := range p.Network.Credentials {
+		src, isEnv := strings.CutPrefix(c.Secret, "env:")
+		for _, e := range f.env {
+			k, _, set := strings.Cut(e, "=")
+			if isEnv && k == src && !set {
+				return nil, fmt.Errorf("--env %s would copy the secret of credential %s into the sandbox", k, c.Name)
+			}
+			if c.Env != "" && k == c.Env {
+				return nil, fmt.Errorf("--env %s: that variable holds the placeholder of credential %s", k, c.Name)
+			}
+		}
+	}
 	if len(p.Network.Credentials) > 0 && !sandbox.HasNetwork(p) {
 		return nil, errors.New("credentials (--secret, network.credentials) need network access: add --net-allow HOST or --net allowlist")
 	}

@@ -25,6 +25,15 @@ var _ gateway.Interceptor = (*compiled)(nil)
 
 func (c *compiled) Host(host string, port int) gateway.Decision {
 	d := c.p.Host(host, port)
+	// A tunnel to a bare address has no name to inspect: it could reach
+	// an inspected host's server without its request rules. In open mode,
+	// where any public address would do, a policy that inspects hosts
+	// lets out only addresses an allow rule names.
+	if d.Allow && d.Rule == rules.RuleOpen && len(c.http)+len(c.creds) > 0 {
+		if _, _, isIP, err := rules.NormalizeHost(host); err == nil && isIP {
+			return gateway.Decision{Rule: "an address in open mode while the policy inspects hosts (their request rules would not apply): connect by name, or allow the address explicitly"}
+		}
+	}
 	return gateway.Decision{Allow: d.Allow, Rule: d.Rule}
 }
 
@@ -144,11 +153,13 @@ func pathUnder(path, prefix string) bool {
 
 // canonicalPath decodes an escaped request path for rule matching, and
 // refuses spellings a server might read differently from the rules: dot
-// segments (with ";parameters" too), encoded slashes or backslashes,
-// empty segments, NULs.
+// segments (with ";parameters" too), encoded slashes, backslashes or
+// percent signs, empty segments, NULs.
 func canonicalPath(escaped string) (string, bool) {
 	lower := strings.ToLower(escaped)
-	if strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") || strings.Contains(escaped, "\\") {
+	// %25 too: a server (or a proxy before it) that decodes twice would
+	// read %252e%252e as "..".
+	if strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") || strings.Contains(lower, "%25") || strings.Contains(escaped, "\\") {
 		return "", false
 	}
 	p, err := url.PathUnescape(escaped)
@@ -166,10 +177,14 @@ func canonicalPath(escaped string) (string, bool) {
 	return p, true
 }
 
-// inspection is what applies to one inspected host.
+// inspection is what applies to one request to an inspected host (a
+// fresh one for every request).
 type inspection struct {
 	rules []*httpRule
 	creds []*Bound
+	// swapped are Basic authorization values Inject rewrote: the new
+	// encoding -> the one the sandbox sent.
+	swapped map[string]string
 }
 
 // Request implements gateway.Interception: with no request rules for the
@@ -204,20 +219,38 @@ func (in *inspection) Request(method, path string) gateway.Decision {
 func (in *inspection) Inject(h http.Header, u *url.URL) []string {
 	var used []string
 	for _, b := range in.creds {
-		if b.inject(h, u) {
+		if b.inject(h, u, in) {
 			used = append(used, b.Name)
 		}
 	}
 	return used
 }
 
-// Scrub implements gateway.Interception.
+// Scrub implements gateway.Interception: every spelling of a secret the
+// request could have carried upstream (as is, query- or path-escaped,
+// base64, inside the Basic value Inject made) goes back as the
+// placeholder's.
 func (in *inspection) Scrub(h http.Header) {
+	var pairs []string
+	for enc, orig := range in.swapped {
+		pairs = append(pairs, enc, orig)
+	}
 	for _, b := range in.creds {
-		for _, vs := range h {
-			for i, v := range vs {
-				vs[i] = strings.ReplaceAll(v, b.secret, b.Placeholder)
-			}
+		pairs = append(pairs, b.secret, b.Placeholder,
+			url.QueryEscape(b.secret), b.Placeholder,
+			url.PathEscape(b.secret), b.Placeholder,
+			base64.StdEncoding.EncodeToString([]byte(b.secret)), base64.StdEncoding.EncodeToString([]byte(b.Placeholder)),
+			base64.URLEncoding.EncodeToString([]byte(b.secret)), base64.URLEncoding.EncodeToString([]byte(b.Placeholder)),
+			base64.RawStdEncoding.EncodeToString([]byte(b.secret)), base64.RawStdEncoding.EncodeToString([]byte(b.Placeholder)),
+			base64.RawURLEncoding.EncodeToString([]byte(b.secret)), base64.RawURLEncoding.EncodeToString([]byte(b.Placeholder)))
+	}
+	if len(pairs) == 0 {
+		return
+	}
+	r := strings.NewReplacer(pairs...)
+	for _, vs := range h {
+		for i, v := range vs {
+			vs[i] = r.Replace(v)
 		}
 	}
 }
@@ -237,11 +270,17 @@ type Bound struct {
 // inject puts b's secret into a request bound for one of its hosts: in
 // place of the placeholder in any header (Basic authorization decoded and
 // re-encoded) and in the query, and as Header when set.
-func (b *Bound) inject(h http.Header, u *url.URL) bool {
+func (b *Bound) inject(h http.Header, u *url.URL, in *inspection) bool {
 	used := false
 	for k, vs := range h {
 		for i, v := range vs {
-			if nv, ok := b.swap(k, v); ok {
+			if nv, enc, orig, ok := b.swap(k, v); ok {
+				if enc != "" {
+					if in.swapped == nil {
+						in.swapped = map[string]string{}
+					}
+					in.swapped[enc] = orig
+				}
 				vs[i], used = nv, true
 			}
 		}
@@ -261,20 +300,24 @@ func (b *Bound) inject(h http.Header, u *url.URL) bool {
 	return used
 }
 
-func (b *Bound) swap(key, v string) (string, bool) {
+// swap returns v with the placeholder replaced by the secret, and for a
+// Basic authorization value the new encoding and the one it replaced.
+func (b *Bound) swap(key, v string) (nv, enc, orig string, ok bool) {
 	if strings.Contains(v, b.Placeholder) {
-		return strings.ReplaceAll(v, b.Placeholder, b.secret), true
+		return strings.ReplaceAll(v, b.Placeholder, b.secret), "", "", true
 	}
 	if http.CanonicalHeaderKey(key) == "Authorization" || http.CanonicalHeaderKey(key) == "Proxy-Authorization" {
-		scheme, enc, ok := strings.Cut(v, " ")
-		if !ok || !strings.EqualFold(scheme, "Basic") {
-			return v, false
+		scheme, old, found := strings.Cut(v, " ")
+		old = strings.TrimSpace(old)
+		if !found || !strings.EqualFold(scheme, "Basic") {
+			return v, "", "", false
 		}
-		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
+		raw, err := base64.StdEncoding.DecodeString(old)
 		if err != nil || !strings.Contains(string(raw), b.Placeholder) {
-			return v, false
+			return v, "", "", false
 		}
-		return scheme + " " + base64.StdEncoding.EncodeToString([]byte(strings.ReplaceAll(string(raw), b.Placeholder, b.secret))), true
+		enc = base64.StdEncoding.EncodeToString([]byte(strings.ReplaceAll(string(raw), b.Placeholder, b.secret)))
+		return scheme + " " + enc, enc, old, true
 	}
-	return v, false
+	return v, "", "", false
 }

@@ -77,6 +77,15 @@ func newUpstream(t *testing.T, cert *tls.Certificate) *upstream {
 		u.mu.Unlock()
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("X-Echo", r.Header.Get("Authorization")) // a server that echoes credentials
+		if r.URL.Path == "/repos/redirect" { // ... and redirects with the query, and sends it as a trailer
+			w.Header().Set("Location", "/next?"+r.URL.RawQuery)
+			w.Header().Set("Trailer", "X-T")
+			w.WriteHeader(http.StatusFound)
+			io.WriteString(w, "moved")
+			w.(http.Flusher).Flush() // chunked, so that the trailer is sent
+			w.Header().Set("X-T", r.Header.Get("Authorization"))
+			return
+		}
 		io.WriteString(w, "ok "+r.Method+" "+r.URL.Path)
 	}))
 	if cert != nil {
@@ -130,7 +139,7 @@ type harness struct {
 
 const testSecret = "s3cr3t-Token_value"
 
-func newHarness(t *testing.T, n policy.Network, withSetup bool) *harness {
+func newHarness(t *testing.T, n policy.Network, withSetup bool, secret ...string) *harness {
 	t.Helper()
 	h := &harness{logs: &bytes.Buffer{}}
 	var cert *tls.Certificate
@@ -138,6 +147,9 @@ func newHarness(t *testing.T, n policy.Network, withSetup bool) *harness {
 	h.api, h.other, h.plain = newUpstream(t, cert), newUpstream(t, cert), newUpstream(t, nil)
 	h.sandboxRoots = h.upstreamRoots.Clone()
 	t.Setenv("AIRLOCK_TEST_SECRET", testSecret)
+	if len(secret) > 0 {
+		t.Setenv("AIRLOCK_TEST_SECRET", secret[0])
+	}
 	var err error
 	if withSetup {
 		h.setup, err = Prepare(t.TempDir(), "test", n, filepath.Join(t.TempDir(), "none.pem"), nil)
@@ -335,6 +347,7 @@ func TestRequestRules(t *testing.T) {
 		{"GET", "/repos/..%2fadmin", false},
 		{"GET", "/repos//x", false},
 		{"GET", "/repos/..;/admin", false},
+		{"GET", "/repos/%252e%252e/admin", false},
 		{"GET", "/repos/a;b/c", true},
 	} {
 		before := h.api.count()
@@ -513,6 +526,105 @@ func BenchmarkPrepare(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		if _, err := Prepare(filepath.Join(dir, fmt.Sprint(i)), "bench", n, BaseBundle(""), nil); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestScrubEncodedForms: a secret with characters that escaping changes
+// comes back to the sandbox in no spelling: not in a redirect's query, not
+// base64 in an echoed Basic value, not in a trailer.
+func TestScrubEncodedForms(t *testing.T) {
+	const special = "ab+cd/ef=="
+	h := newHarness(t, testNetwork(), true, special)
+	ph := h.setup.Env["API_TOKEN"]
+	c := h.client(false)
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("u:"+ph))
+	req, _ := http.NewRequest("GET", fmt.Sprintf("https://api.test:%d/repos/redirect?key=%s", h.api.port, ph), nil)
+	req.Header.Set("Authorization", basic)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
+	got := h.api.last(t)
+	if got.query != "key="+url.QueryEscape(special) || got.header.Get("Authorization") != "Basic "+base64.StdEncoding.EncodeToString([]byte("u:"+special)) {
+		t.Fatalf("the upstream saw query %q, authorization %q: the secret was not injected", got.query, got.header.Get("Authorization"))
+	}
+	all := fmt.Sprint(resp.Header, resp.Trailer)
+	for _, form := range []string{special, url.QueryEscape(special), url.PathEscape(special), base64.StdEncoding.EncodeToString([]byte("u:" + special))} {
+		if strings.Contains(all, form) {
+			t.Fatalf("the sandbox got %q back in %s", form, all)
+		}
+	}
+	if resp.Header.Get("Location") != "/next?key="+ph || resp.Header.Get("X-Echo") != basic {
+		t.Fatalf("scrubbed headers: Location %q, X-Echo %q", resp.Header.Get("Location"), resp.Header.Get("X-Echo"))
+	}
+}
+
+// TestRawTunnelEndsWhenInspected: a tunnel relayed untouched is closed
+// when a new policy starts inspecting its host (its requests would escape
+// the rules); the next connection is inspected.
+func TestRawTunnelEndsWhenInspected(t *testing.T) {
+	h := newHarness(t, testNetwork(), true)
+	c := h.client(false)
+	base := fmt.Sprintf("https://other.test:%d", h.other.port)
+	if st, _, _ := h.do(t, c, "POST", base+"/admin", nil); st != 200 {
+		t.Fatalf("before: %d", st)
+	}
+	before := h.other.count()
+	n := testNetwork()
+	n.HTTP = append(n.HTTP, policy.HTTPRule{Hosts: []string{"other.test"}, Methods: []string{"GET"}})
+	if err := h.gw.SetNetwork(n); err != nil {
+		t.Fatal(err)
+	}
+	// A new connection is inspected; the kept-alive client's old tunnel
+	// is gone (it reconnects for a GET, which it may retry).
+	st, _, hdr := h.do(t, h.client(false), "POST", base+"/admin", nil)
+	if st != 403 || !strings.Contains(hdr.Get("X-Airlock-Rule"), "no http rule allows POST") || h.other.count() != before {
+		t.Fatalf("after: %d %v, upstream saw %d more", st, hdr, h.other.count()-before)
+	}
+	if st, _, _ := h.do(t, c, "GET", base+"/x", nil); st != 200 {
+		t.Fatalf("control GET: %d", st)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, r := range h.recordsFor("other.test") {
+			if r.Proto == "connect" && !r.Allowed && strings.HasPrefix(r.Rule, "inspected now") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the raw tunnel's closing was not audited: %+v", h.recordsFor("other.test"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestOpenModeAddressesWithInspection: in open mode, a policy that
+// inspects hosts refuses bare public addresses (which could reach an
+// inspected server without its rules) unless an allow rule names them;
+// without inspection, open mode lets them out (the control).
+func TestOpenModeAddressesWithInspection(t *testing.T) {
+	for _, tc := range []struct {
+		http  bool
+		allow []string
+		want  bool
+	}{{false, nil, true}, {true, nil, false}, {true, []string{"93.184.216.34"}, true}} {
+		n := policy.Network{Mode: policy.NetworkOpen, Allow: tc.allow}
+		if tc.http {
+			n.HTTP = []policy.HTTPRule{{Hosts: []string{"api.example.com"}, Methods: []string{"GET"}}}
+		}
+		p, err := NewPolicy(n, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := p.Host("93.184.216.34", 443); d.Allow != tc.want {
+			t.Errorf("%+v: address allowed=%v (%s), want %v", tc, d.Allow, d.Rule, tc.want)
+		}
+		if d := p.Host("www.example.org", 443); !d.Allow {
+			t.Errorf("%+v: a name in open mode denied: %s", tc, d.Rule)
 		}
 	}
 }

@@ -352,6 +352,7 @@ func TestParseErrors(t *testing.T) {
 		{"network:\n  credentials:\n    - {hosts: [a.example], secret: env:T, header: 'X Y'}", `agent.yaml:3: network.credentials[0].header: invalid header name "X Y"`},
 		{"network:\n  credentials:\n    - {hosts: [a.example], secret: env:T, header: X-Key, format: 'Bearer'}", `agent.yaml:3: network.credentials[0].format: format "Bearer": want a header value containing {secret}`},
 
+		{"environment:\n  pass: [GH]\nnetwork:\n  credentials:\n    - {hosts: [a.example], secret: env:GH, env: T}", "agent.yaml:5: network.credentials[0].secret: environment.pass would copy $GH, the secret itself, into the sandbox"},
 		{"network:\n  max_connections: -1", `agent.yaml:2: network.max_connections: invalid number of connections "-1"`},
 		{"network:\n  max_bytes: lots", `agent.yaml:2: network.max_bytes: `},
 

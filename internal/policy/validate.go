@@ -386,6 +386,9 @@ func (p *Policy) validateCredentials() error {
 				return p.errAt(key+".env", "%s is also set by environment: the sandbox must see only the placeholder", c.Env)
 			}
 		}
+		if kind == "env" && slices.Contains(p.Environment.Pass, ref) {
+			return p.errAt(key+".secret", "environment.pass would copy $%s, the secret itself, into the sandbox", ref)
+		}
 		if c.Header != "" && (strings.Trim(strings.ToLower(c.Header), "abcdefghijklmnopqrstuvwxyz0123456789-_") != "" || len(c.Header) > 128) {
 			return p.errAt(key+".header", "invalid header name %q", c.Header)
 		}

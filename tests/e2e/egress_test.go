@@ -449,6 +449,7 @@ func TestEgressSecretErrors(t *testing.T) {
 		{[]string{"E2E_TOKEN=x"}, []string{"--secret", "E2E_TOKEN", "--net-allow", "api.example.com"}, "want VAR@HOST"},
 		{[]string{"E2E_TOKEN=x"}, []string{"--secret", "E2E_TOKEN@10.0.0.1", "--net-allow", "api.example.com"}, "is an address"},
 		{[]string{"E2E_TOKEN=a\nb"}, []string{"--secret", "E2E_TOKEN@api.example.com", "--net-allow", "api.example.com"}, "line break"},
+		{[]string{"E2E_TOKEN=x"}, []string{"--secret", "E2E_TOKEN@api.example.com", "--net-allow", "api.example.com", "-e", "E2E_TOKEN"}, "would copy the secret"},
 	} {
 		r := run(t, opts{env: tc.env}, tc.flags, "/bin/echo", "started")
 		if r.code == 0 || strings.Contains(r.stdout, "started") || !strings.Contains(r.stderr, tc.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {

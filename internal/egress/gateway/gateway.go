@@ -180,7 +180,8 @@ func orDenyAll(p Policy) Policy {
 
 // SetPolicy installs p atomically (nil denies everything). Open tunnels and
 // in-flight plain-HTTP requests whose host:port or dialed address p denies
-// are closed at once; the rest continue.
+// are closed at once, and so are tunnels relayed untouched to a host p
+// inspects; the rest continue.
 func (g *Gateway) SetPolicy(p Policy) {
 	g.setMu.Lock()
 	defer g.setMu.Unlock()
@@ -196,7 +197,7 @@ func (g *Gateway) SetPolicy(p Policy) {
 	}
 	g.mu.Unlock()
 	for _, f := range flows {
-		if d := recheck(p, f.host, f.port, f.addr); !d.Allow {
+		if d := recheckFlow(p, f); !d.Allow {
 			f.c.kill(endReason{rule: d.Rule, err: "closed: the new policy denies it"})
 		}
 	}
@@ -495,6 +496,30 @@ type flow struct {
 	port int
 	addr netip.AddrPort
 	gen  uint64 // policy generation that allowed it
+	// raw: a tunnel relayed untouched, which must end if its host comes
+	// to be inspected (its requests would escape the new rules).
+	raw bool
+}
+
+// recheckFlow re-decides an open flow under policy p.
+func recheckFlow(p Policy, f *flow) Decision {
+	d := recheck(p, f.host, f.port, f.addr)
+	if d.Allow && f.raw && inspects(p, f.host, f.port) {
+		return Decision{Rule: "inspected now: " + f.host + " has request rules or credentials; reconnect"}
+	}
+	return d
+}
+
+// inspects reports whether p inspects host:port (never an IP literal).
+func inspects(p Policy, host string, port int) bool {
+	ic, ok := p.(Interceptor)
+	if !ok {
+		return false
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return false
+	}
+	return ic.Intercept(host, port) != nil
 }
 
 // track registers f; if the policy changed since f was decided, f is
@@ -509,7 +534,7 @@ func (g *Gateway) track(f *flow) Decision {
 	g.flows[f] = struct{}{}
 	g.mu.Unlock()
 	if st := g.policy.Load(); st.gen != f.gen {
-		if d := recheck(st.p, f.host, f.port, f.addr); !d.Allow {
+		if d := recheckFlow(st.p, f); !d.Allow {
 			g.untrack(f)
 			return d
 		}

@@ -216,7 +216,7 @@ func (g *Gateway) startTunnel(c *conn, rec *Record, tg target, up net.Conn, ap n
 		c.finish(rec)
 		return
 	}
-	f := &flow{c: c, host: tg.host, port: tg.port, addr: ap, gen: v.gen}
+	f := &flow{c: c, host: tg.host, port: tg.port, addr: ap, gen: v.gen, raw: true}
 	if d := g.track(f); !d.Allow {
 		up.Close()
 		rec.Allowed, rec.Rule = false, d.Rule
@@ -544,6 +544,7 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 	stripHop(resp.Header)
 	if ix != nil && icpt != nil {
 		icpt.Scrub(resp.Header)
+		resp.Trailer = nil // sent after the body, past any scrubbing
 	}
 	// A streamed (or large) body is flushed to the client before each
 	// upstream read that may block; a small one goes out with the head.

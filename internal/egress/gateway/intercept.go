@@ -37,8 +37,10 @@ type Interception interface {
 	// TLS tunnel, which go upstream over TLS to the tunnel's host.
 	Inject(h http.Header, u *url.URL) []string
 	// Scrub puts placeholders back in place of secrets in the headers of
-	// a response on its way to the sandbox (a server that echoes a
-	// credential must not hand it over). Bodies are not scrubbed.
+	// the response to the request Inject saw, on its way to the sandbox
+	// (a server that echoes a credential, or redirects with it in the
+	// query, must not hand it over). The gateway drops the response's
+	// trailers. Bodies are not scrubbed.
 	Scrub(h http.Header)
 }
 

@@ -105,10 +105,14 @@ func (p *Policy) Host(host string, port int) Decision {
 		}
 	}
 	if p.Mode == ModeOpen {
-		return allow("mode open")
+		return allow(RuleOpen)
 	}
 	return deny("not in allowlist")
 }
+
+// RuleOpen is the rule of a decision that only mode open allowed (no allow
+// rule matched).
+const RuleOpen = "mode open"
 
 // Addr decides on a connection to ip on port, after host was resolved to
 // ip; host may be "" when the sandbox named the address itself. It
@@ -174,7 +178,7 @@ func (p *Policy) addr(byName string, ip netip.Addr, port int) Decision {
 	case byAddr != "":
 		return allow(byAddr)
 	case p.Mode == ModeOpen:
-		return allow("mode open")
+		return allow(RuleOpen)
 	}
 	return deny("not in allowlist")
 }
