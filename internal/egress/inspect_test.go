@@ -77,7 +77,7 @@ func newUpstream(t *testing.T, cert *tls.Certificate) *upstream {
 		u.mu.Unlock()
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("X-Echo", r.Header.Get("Authorization")) // a server that echoes credentials
-		if r.URL.Path == "/repos/redirect" { // ... and redirects with the query, and sends it as a trailer
+		if r.URL.Path == "/repos/redirect" {                    // ... and redirects with the query, and sends it as a trailer
 			w.Header().Set("Location", "/next?"+r.URL.RawQuery)
 			w.Header().Set("Trailer", "X-T")
 			w.WriteHeader(http.StatusFound)
