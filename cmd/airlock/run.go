@@ -243,7 +243,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 			return fail(exitSetup, "egress setup: %v", err)
 		}
 		defer os.RemoveAll(dir)
-		if setup, err = egress.Prepare(dir, "run", p.Network, egress.BaseBundle(p.Image), nil); err != nil {
+		if setup, err = egress.Prepare(dir, "run", p.Network, p.Image, nil); err != nil {
 			return fail(exitSetup, "%v", err)
 		}
 		spec.Binds = append(spec.Binds, setup.Binds...)

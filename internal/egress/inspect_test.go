@@ -152,7 +152,7 @@ func newHarness(t *testing.T, n policy.Network, withSetup bool, secret ...string
 	}
 	var err error
 	if withSetup {
-		h.setup, err = Prepare(t.TempDir(), "test", n, filepath.Join(t.TempDir(), "none.pem"), nil)
+		h.setup, err = Prepare(t.TempDir(), "test", n, t.TempDir(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -466,16 +466,33 @@ func TestInspectionNeedsCA(t *testing.T) {
 func TestPrepareAndLoad(t *testing.T) {
 	t.Setenv("AIRLOCK_TEST_SECRET", testSecret)
 	dir := t.TempDir()
-	base := filepath.Join(dir, "base.pem")
-	os.WriteFile(base, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"), 0o644)
+	// An image whose system bundle holds a certificate and other things;
+	// only the certificate is kept.
+	base := filepath.Join(dir, "image")
+	os.MkdirAll(filepath.Join(base, "etc/ssl/certs"), 0o755)
+	os.WriteFile(filepath.Join(base, BundlePath), []byte("junk\n-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n"), 0o644)
 	n := testNetwork()
 	s, err := Prepare(filepath.Join(dir, "sb"), "x", n, base, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bundle, _ := os.ReadFile(filepath.Join(dir, "sb", bundleFile))
-	if !bytes.HasPrefix(bundle, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")) || !bytes.HasSuffix(bundle, s.CA.CertPEM()) {
+	if string(bundle) != "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"+string(s.CA.CertPEM()) {
 		t.Fatalf("bundle:\n%s", bundle)
+	}
+	// An image whose bundle is an absolute symlink: it resolves inside the
+	// image (to nothing), never to the host's file.
+	host := filepath.Join(dir, "host-file.pem")
+	os.WriteFile(host, []byte("-----BEGIN CERTIFICATE-----\nSE9TVA==\n-----END CERTIFICATE-----\n"), 0o644)
+	evil := filepath.Join(dir, "evil")
+	os.MkdirAll(filepath.Join(evil, "etc/ssl/certs"), 0o755)
+	os.Symlink(host, filepath.Join(evil, BundlePath))
+	s2, err := Prepare(filepath.Join(dir, "sb2"), "x", n, evil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "sb2", bundleFile)); string(b) != string(s2.CA.CertPEM()) {
+		t.Fatalf("a symlink in the image reached a host file:\n%s", b)
 	}
 	if fi, _ := os.Stat(filepath.Join(dir, "sb", caKeyFile)); fi.Mode().Perm() != 0o600 {
 		t.Fatalf("key mode %v", fi.Mode())
@@ -524,7 +541,7 @@ func BenchmarkPrepare(b *testing.B) {
 	n := testNetwork()
 	dir := b.TempDir()
 	for i := 0; b.Loop(); i++ {
-		if _, err := Prepare(filepath.Join(dir, fmt.Sprint(i)), "bench", n, BaseBundle(""), nil); err != nil {
+		if _, err := Prepare(filepath.Join(dir, fmt.Sprint(i)), "bench", n, "", nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -69,10 +70,12 @@ const (
 )
 
 // Prepare makes a sandbox's CA and trust files in dir (created, 0700) and
-// resolves n's credentials. baseBundle is the CA bundle the sandbox would
-// trust otherwise (missing: the CA alone). Every credential must resolve:
-// a sandbox does not start with a credential it was promised missing.
-func Prepare(dir, name string, n policy.Network, baseBundle string, lookup SecretLookup) (*Setup, error) {
+// resolves n's credentials. root is the sandbox's root filesystem ("" for
+// the host's): its system CA bundle, the first of knownBundles found,
+// read inside root, comes first in the sandbox's bundle (none: the CA
+// alone). Every credential must resolve: a sandbox does not start with a
+// credential it was promised missing.
+func Prepare(dir, name string, n policy.Network, root string, lookup SecretLookup) (*Setup, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("egress setup: %w", err)
 	}
@@ -84,12 +87,9 @@ func Prepare(dir, name string, n policy.Network, baseBundle string, lookup Secre
 	if err != nil {
 		return nil, fmt.Errorf("egress setup: sandbox CA: %w", err)
 	}
-	base, err := os.ReadFile(baseBundle)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("egress setup: CA bundle: %w", err)
-	}
-	if len(base) > 0 && base[len(base)-1] != '\n' {
-		base = append(base, '\n')
+	base, err := systemBundle(root)
+	if err != nil {
+		return nil, fmt.Errorf("egress setup: %w", err)
 	}
 	placeholders := map[string]string{}
 	for i := range n.Credentials {
@@ -248,11 +248,44 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 	return os.Rename(tmp, path)
 }
 
-// BaseBundle is the CA bundle a sandbox trusts before its CA is added:
-// its image's, or the host's.
-func BaseBundle(image string) string {
-	if image == "" {
-		image = "/"
+// knownBundles are where distributions keep the system CA bundle.
+var knownBundles = []string{
+	BundlePath,                                          // Debian, Ubuntu, Alpine, Arch
+	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", // Fedora, RHEL
+	"/etc/pki/tls/certs/ca-bundle.crt",                  // older RHEL
+	"/etc/ssl/ca-bundle.pem",                            // openSUSE
+	"/etc/ssl/cert.pem",                                 // Alpine, others
+}
+
+// maxBundle bounds a system CA bundle.
+const maxBundle = 8 << 20
+
+// systemBundle returns the certificates of root's system CA bundle, read
+// inside root (an image's symlinks cannot reach the host's files), as PEM;
+// nothing else in the file is kept.
+func systemBundle(root string) ([]byte, error) {
+	if root == "" {
+		root = "/"
 	}
-	return filepath.Join(image, BundlePath)
+	for _, p := range knownBundles {
+		b, err := readInRoot(root, p, maxBundle)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("CA bundle: %w", err)
+		}
+		var out []byte
+		for len(b) > 0 {
+			var blk *pem.Block
+			if blk, b = pem.Decode(b); blk == nil {
+				break
+			}
+			if blk.Type == "CERTIFICATE" && len(blk.Headers) == 0 {
+				out = append(out, pem.EncodeToMemory(blk)...)
+			}
+		}
+		return out, nil
+	}
+	return nil, nil
 }
