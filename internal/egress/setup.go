@@ -250,7 +250,7 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 
 // knownBundles are where distributions keep the system CA bundle.
 var knownBundles = []string{
-	BundlePath,                                          // Debian, Ubuntu, Alpine, Arch
+	BundlePath, // Debian, Ubuntu, Alpine, Arch
 	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", // Fedora, RHEL
 	"/etc/pki/tls/certs/ca-bundle.crt",                  // older RHEL
 	"/etc/ssl/ca-bundle.pem",                            // openSUSE
