@@ -236,9 +236,15 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 	}
 	var setup *egress.Setup
 	if sandbox.HasNetwork(p) {
-		// The sandbox's CA and credentials: files outside the sandbox,
-		// bound read-only into it, removed when the run ends.
-		dir, err := os.MkdirTemp("", "airlock-egress-")
+		// The sandbox's CA and credentials: files outside the sandbox
+		// (beside the runtime's state, not in a temporary directory a
+		// workspace could be), bound read-only into it, removed when the
+		// run ends.
+		base := native.DefaultStateRoot() + "-egress"
+		if err := os.MkdirAll(base, 0o700); err != nil {
+			return fail(exitSetup, "egress setup: %v", err)
+		}
+		dir, err := os.MkdirTemp(base, "run-")
 		if err != nil {
 			return fail(exitSetup, "egress setup: %v", err)
 		}

@@ -223,9 +223,10 @@ func (c *Config) manager() (manager.Config, int64, error) {
 			return egress.ResolveSecret(src, nil)
 		}
 	}
-	// Beside the runtime's state root, not in it: that root's mode is the
-	// runtime's to choose (sandbox inits traverse it).
-	mc.EgressDir = filepath.Join(filepath.Dir(c.StateDir), "egress")
+	// Beside the runtime's state root, not in it (that root's mode is the
+	// runtime's to choose: sandbox inits traverse it), and named after it,
+	// so that two daemons never share it.
+	mc.EgressDir = filepath.Clean(c.StateDir) + "-egress"
 	mc.Pools = c.Pools
 	mc.CgroupParent = c.CgroupParent
 	mc.Insecure.NoLandlock, mc.Insecure.NoSeccomp, mc.Insecure.NoCgroups = c.Insecure.NoLandlock, c.Insecure.NoSeccomp, c.Insecure.NoCgroups

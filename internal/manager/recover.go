@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
@@ -25,6 +26,7 @@ import (
 // pools are refilled fresh.
 func (m *Manager) Recover(ctx context.Context) error {
 	defer close(m.ready)
+	begun := time.Now()
 	recs, _, err := m.st.ListSandboxes(ctx, store.Filter{})
 	if err != nil {
 		return fmt.Errorf("load sandboxes: %w", err)
@@ -48,10 +50,15 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 		}
 	}
-	// Egress files (CA keys) of sandboxes that are not live any more.
+	// Egress files (CA keys) of sandboxes that are not live any more; not
+	// those of a creation begun since (the API serves during recovery).
 	if m.cfg.EgressDir != "" {
 		entries, _ := os.ReadDir(m.cfg.EgressDir)
 		for _, e := range entries {
+			fi, err := e.Info()
+			if err != nil || !isSandboxID(e.Name()) || !fi.ModTime().Before(begun) {
+				continue
+			}
 			m.mu.Lock()
 			sb := m.sandboxes[e.Name()]
 			m.mu.Unlock()
@@ -73,6 +80,13 @@ func (m *Manager) Recover(ctx context.Context) error {
 		go m.fill(pl)
 	}
 	return nil
+}
+
+// isSandboxID reports whether name is an API sandbox id ("sb-" and 16
+// lowercase hex digits).
+func isSandboxID(name string) bool {
+	rid, ok := strings.CutPrefix(name, "sb-")
+	return ok && len(rid) == 16 && strings.Trim(rid, "0123456789abcdef") == ""
 }
 
 // recoverOne brings one stored sandbox back under management.

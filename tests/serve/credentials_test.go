@@ -116,7 +116,18 @@ curl -s -m 10 -o /dev/null -w '%%{http_code}' -X POST -H "Authorization: token $
 	}
 	// Across a daemon restart (kill -9): the same placeholder, the secret
 	// still added for the bound host only, the changed rules still in force.
+	// Beside the live sandbox's egress files: a dead sandbox's (removed at
+	// recovery) and something else (left alone).
+	eg := d.stateDir + "-egress"
+	os.MkdirAll(filepath.Join(eg, "sb-00000000000000aa"), 0o700)
+	os.MkdirAll(filepath.Join(eg, "not-a-sandbox"), 0o700)
 	d.restart(syscall.SIGKILL)
+	for name, want := range map[string]bool{sb.ID: true, "sb-00000000000000aa": false, "not-a-sandbox": true} {
+		if _, err := os.Stat(filepath.Join(eg, name)); (err == nil) != want {
+			t.Errorf("egress dir %s after recovery: exists=%v, want %v", name, err == nil, want)
+		}
+	}
+	os.Remove(filepath.Join(eg, "not-a-sandbox"))
 	out = d.sh(t, sb.ID, fmt.Sprintf(`echo "$GH_TOKEN"
 curl -s -m 10 -o /dev/null -w '%%{http_code}' -X POST -H "Authorization: token $GH_TOKEN" https://api.example.com:%s/after`, port))
 	if out != lines[0]+"\n200" {
@@ -131,7 +142,7 @@ curl -s -m 10 -o /dev/null -w '%%{http_code}' -X POST -H "Authorization: token $
 	if strings.Contains(d.logs.String(), secret) {
 		t.Fatal("the daemon's log holds the secret")
 	}
-	egressDir := filepath.Join(filepath.Dir(d.stateDir), "egress", sb.ID)
+	egressDir := filepath.Join(d.stateDir+"-egress", sb.ID)
 	if _, err := os.Stat(filepath.Join(egressDir, "ca-key.pem")); err != nil {
 		t.Fatalf("the sandbox's CA key is not where expected: %v", err)
 	}
@@ -148,7 +159,7 @@ curl -s -m 10 -o /dev/null -w '%%{http_code}' -X POST -H "Authorization: token $
 	if after := d.stateEntries(); strings.Join(after, ",") != strings.Join(before, ",") {
 		t.Fatalf("a refused creation left state behind: %v -> %v", before, after)
 	}
-	if entries, _ := os.ReadDir(filepath.Join(filepath.Dir(d.stateDir), "egress")); len(entries) != 1 {
+	if entries, _ := os.ReadDir(d.stateDir+"-egress"); len(entries) != 1 {
 		t.Fatalf("egress dirs after refused creations: %v", entries)
 	}
 	if err := d.c.DeleteSandbox(ctxT(t), sb.ID); err != nil {
