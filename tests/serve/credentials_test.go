@@ -159,7 +159,7 @@ curl -s -m 10 -o /dev/null -w '%%{http_code}' -X POST -H "Authorization: token $
 	if after := d.stateEntries(); strings.Join(after, ",") != strings.Join(before, ",") {
 		t.Fatalf("a refused creation left state behind: %v -> %v", before, after)
 	}
-	if entries, _ := os.ReadDir(d.stateDir+"-egress"); len(entries) != 1 {
+	if entries, _ := os.ReadDir(d.stateDir + "-egress"); len(entries) != 1 {
 		t.Fatalf("egress dirs after refused creations: %v", entries)
 	}
 	if err := d.c.DeleteSandbox(ctxT(t), sb.ID); err != nil {
