@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/airlock-dev/airlock/internal/egress"
+	"github.com/airlock-dev/airlock/internal/egress/rules"
 	"github.com/airlock-dev/airlock/internal/manager"
 	"github.com/airlock-dev/airlock/internal/policy"
 )
@@ -52,10 +53,11 @@ type Config struct {
 	CgroupParent string               `yaml:"cgroup_parent"`
 	EgressHosts  map[string][]string  `yaml:"egress_hosts"`
 	// Secrets names the secrets policies may bind to hosts
-	// (network.credentials): name -> "env:VAR" (the daemon's environment)
-	// or "file:PATH", read when a sandbox is created.
-	Secrets  map[string]string `yaml:"secrets"`
-	Insecure Insecure          `yaml:"insecure"`
+	// (network.credentials): where each is ("env:VAR", the daemon's
+	// environment, or "file:PATH"; read when a sandbox is created) and the
+	// hosts it may ever be sent to.
+	Secrets  map[string]manager.SecretConfig `yaml:"secrets"`
+	Insecure Insecure                        `yaml:"insecure"`
 }
 
 // Insecure opts every sandbox of the daemon out of isolation layers, by
@@ -207,22 +209,25 @@ func (c *Config) manager() (manager.Config, int64, error) {
 			}
 		}
 	}
-	for name, src := range c.Secrets {
-		kind, ref, _ := strings.Cut(src, ":")
+	for name, sc := range c.Secrets {
+		kind, ref, _ := strings.Cut(sc.Source, ":")
 		if name == "" || strings.Contains(name, ":") || (kind != "env" && kind != "file") || ref == "" || (kind == "file" && !filepath.IsAbs(ref)) {
-			return mc, 0, fmt.Errorf("config: secrets.%s: %q: want a name without ':' and env:VAR or file:/absolute/path", name, src)
+			return mc, 0, fmt.Errorf("config: secrets.%s.source: %q: want a name without ':' and env:VAR or file:/absolute/path", name, sc.Source)
 		}
-	}
-	if len(c.Secrets) > 0 {
-		secrets := c.Secrets
-		mc.Secrets = func(name string) (string, error) {
-			src, ok := secrets[name]
-			if !ok {
-				return "", fmt.Errorf("secret %q: not in the daemon's configuration (secrets:)", name)
+		if len(sc.Hosts) == 0 {
+			return mc, 0, fmt.Errorf("config: secrets.%s.hosts: name the hosts the secret may be sent to", name)
+		}
+		for _, h := range sc.Hosts {
+			p, err := rules.ParsePattern(h)
+			if err != nil {
+				return mc, 0, fmt.Errorf("config: secrets.%s.hosts: %v", name, err)
 			}
-			return egress.ResolveSecret(src, nil)
+			if !p.IsName() {
+				return mc, 0, fmt.Errorf("config: secrets.%s.hosts: %q is an address: secrets are bound to names", name, h)
+			}
 		}
 	}
+	mc.Secrets = c.Secrets
 	// Beside the runtime's state root, not in it (that root's mode is the
 	// runtime's to choose: sandbox inits traverse it), and named after it,
 	// so that two daemons never share it.

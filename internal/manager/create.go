@@ -145,7 +145,10 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 				m.removeEgressDir(apiID(rid))
 			}
 		}()
-		if setup, err = egress.Prepare(m.egressDir(apiID(rid)), apiID(rid), p.Network, spec.Image, m.cfg.Secrets); err != nil {
+		if err = m.cfg.checkCredentials(p.Network); err != nil {
+			return nil, err
+		}
+		if setup, err = egress.Prepare(m.egressDir(apiID(rid)), apiID(rid), p.Network, spec.Image, m.cfg.secret); err != nil {
 			return nil, err
 		}
 		spec.Binds = append(slices.Clip(spec.Binds), setup.Binds...)

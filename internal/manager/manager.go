@@ -17,13 +17,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/agent"
 	"github.com/airlock-dev/airlock/internal/egress"
+	"github.com/airlock-dev/airlock/internal/egress/rules"
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
@@ -62,9 +65,9 @@ type Config struct {
 	// EgressDir holds each networked sandbox's CA and trust files (outside
 	// the sandbox), one directory per sandbox id.
 	EgressDir string
-	// Secrets finds the named secrets policies bind to hosts
-	// (network.credentials); nil: none.
-	Secrets egress.SecretLookup
+	// Secrets are the named secrets policies may bind to hosts
+	// (network.credentials), each with the hosts it may be sent to.
+	Secrets map[string]SecretConfig
 
 	MaxSandboxes int           // live sandboxes (pool members included); default 100
 	MaxCreating  int           // concurrent creations; default 2×CPUs, at least 4
@@ -89,6 +92,53 @@ type Config struct {
 	AuditKeep   int
 
 	Metrics *Metrics
+}
+
+// SecretConfig is a named secret: where it is ("env:VAR" or "file:PATH")
+// and the host patterns it may ever be sent to. A policy binding it to a
+// host outside them is refused, whoever wrote the policy.
+type SecretConfig struct {
+	Source string   `yaml:"source"`
+	Hosts  []string `yaml:"hosts"`
+}
+
+// secret resolves a named secret (egress.SecretLookup).
+func (c *Config) secret(name string) (string, error) {
+	sc, ok := c.Secrets[name]
+	if !ok {
+		return "", fmt.Errorf("secret %q: not in the daemon's configuration (secrets:)", name)
+	}
+	return egress.ResolveSecret(sc.Source, nil)
+}
+
+// checkCredentials refuses credentials that bind a named secret to a host
+// outside the hosts the daemon's configuration allows it.
+func (c *Config) checkCredentials(n policy.Network) error {
+	for i, cr := range n.Credentials {
+		if strings.Contains(cr.Secret, ":") {
+			continue // env: or file: (a named policy of the daemon's own)
+		}
+		sc, ok := c.Secrets[cr.Secret]
+		if !ok {
+			return invalid("network.credentials[%d]: secret %q is not in the daemon's configuration (secrets:)", i, cr.Secret)
+		}
+		var allowed []rules.Pattern
+		for _, h := range sc.Hosts {
+			if p, err := rules.ParsePattern(h); err == nil {
+				allowed = append(allowed, p)
+			}
+		}
+		for _, h := range cr.Hosts {
+			p, err := rules.ParsePattern(h)
+			if err != nil {
+				return invalid("network.credentials[%d]: %v", i, err)
+			}
+			if !slices.ContainsFunc(allowed, p.Within) {
+				return invalid("network.credentials[%d]: secret %q may not be sent to %s (the daemon's configuration allows %s)", i, cr.Secret, h, strings.Join(sc.Hosts, ", "))
+			}
+		}
+	}
+	return nil
 }
 
 // PoolConfig sizes the warm pool of one image and named policy.

@@ -221,7 +221,10 @@ func (m *Manager) restoreEgress(sb *Sandbox, rt runtime.Sandbox) (*egress.Gatewa
 		return nil, nil, fmt.Errorf("its policy %s has network access but the runtime holds no egress listeners for the sandbox", policyLabel(sb.spec))
 	}
 	nw := applyNetwork(p.Network, sb.spec.Network)
-	setup, err := egress.Load(m.egressDir(sb.id), nw, m.cfg.Secrets)
+	if err := m.cfg.checkCredentials(nw); err != nil {
+		return nil, nil, err
+	}
+	setup, err := egress.Load(m.egressDir(sb.id), nw, m.cfg.secret)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -3,6 +3,7 @@
 package serve
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -45,7 +46,7 @@ func TestEgressCredentials(t *testing.T) {
 	// SSL_CERT_FILE) and reads the secret from its environment.
 	t.Setenv("SSL_CERT_FILE", ca)
 	t.Setenv("AIRLOCK_SERVE_TEST_TOKEN", secret)
-	d := startDaemon(t, "egress_hosts:\n  api.example.com: [127.0.0.1]\nsecrets:\n  github: env:AIRLOCK_SERVE_TEST_TOKEN\n")
+	d := startDaemon(t, "egress_hosts:\n  api.example.com: [127.0.0.1]\n  other.example.com: [127.0.0.1]\nsecrets:\n  github: {source: env:AIRLOCK_SERVE_TEST_TOKEN, hosts: [api.example.com]}\n")
 	pol := func(src string) string {
 		return fmt.Sprintf(`network:
   mode: allowlist
@@ -156,6 +157,14 @@ curl -s -m 10 -o /dev/null -w '%%{http_code}' -X POST -H "Authorization: token $
 	}
 	_, err = d.c.CreateSandbox(ctxT(t), &api.CreateSandboxRequest{Policy: pol("github") + "  max_connections: 100000\n"})
 	wantCode(t, "raising the connection cap", err, 400)
+	// The daemon's configuration binds the secret to api.example.com: an
+	// API caller cannot send it anywhere else.
+	_, err = d.c.CreateSandbox(ctxT(t), &api.CreateSandboxRequest{Policy: strings.Replace(pol("github"), "{hosts: [api.example.com], secret:", "{hosts: [other.example.com], secret:", 1)})
+	wantCode(t, "the secret bound to another host", err, 400)
+	var ce *client.Error
+	if !errors.As(err, &ce) || !strings.Contains(ce.Message, `secret "github" may not be sent to other.example.com`) {
+		t.Fatalf("the secret bound to another host: %v", err)
+	}
 	if after := d.stateEntries(); strings.Join(after, ",") != strings.Join(before, ",") {
 		t.Fatalf("a refused creation left state behind: %v -> %v", before, after)
 	}

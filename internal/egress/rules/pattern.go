@@ -270,3 +270,21 @@ func (p Pattern) String() string {
 // IsName reports whether p matches names (a name or a wildcard) rather
 // than addresses.
 func (p Pattern) IsName() bool { return p.kind == kindName || p.kind == kindWildcard }
+
+// Within reports whether every host and port p matches is also matched by
+// q. Only name patterns (names and wildcards) are ever within another.
+func (p Pattern) Within(q Pattern) bool {
+	if q.port != 0 && p.port != q.port {
+		return false
+	}
+	if p.kind != kindName && p.kind != kindWildcard {
+		return false
+	}
+	switch q.kind {
+	case kindName:
+		return p.kind == kindName && p.name == q.name
+	case kindWildcard:
+		return strings.HasSuffix(p.name, "."+q.name) || p.kind == kindWildcard && p.name == q.name
+	}
+	return false
+}

@@ -253,3 +253,36 @@ func TestPatternEqual(t *testing.T) {
 		t.Errorf("example.com and example.com:443 are equal")
 	}
 }
+
+func TestPatternWithin(t *testing.T) {
+	for _, tc := range []struct {
+		p, q string
+		want bool
+	}{
+		{"api.github.com", "api.github.com", true},
+		{"api.github.com", "API.github.com.", true},
+		{"api.github.com:443", "api.github.com", true},
+		{"api.github.com", "api.github.com:443", false}, // p covers every port
+		{"api.github.com", "*.github.com", true},
+		{"a.b.github.com", "*.github.com", true},
+		{"github.com", "*.github.com", false}, // the wildcard never covers the apex
+		{"*.github.com", "*.github.com", true},
+		{"*.x.github.com", "*.github.com", true},
+		{"*.github.com", "api.github.com", false},
+		{"evilgithub.com", "*.github.com", false},
+		{"api.github.com.evil.com", "api.github.com", false},
+		{"10.0.0.1", "10.0.0.0/8", false}, // addresses are never within
+	} {
+		p, err := ParsePattern(tc.p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := ParsePattern(tc.q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Within(q); got != tc.want {
+			t.Errorf("%s within %s = %v, want %v", tc.p, tc.q, got, tc.want)
+		}
+	}
+}
