@@ -135,6 +135,18 @@ func (s *Server) wrap(rt api.Route, h handler, remote bool) http.Handler {
 				return
 			}
 		}
+		// Until the sandboxes of a previous daemon are re-adopted, calls
+		// wait (a sandbox not yet re-adopted would be "not found", and a
+		// creation could race the recovery's clean-up).
+		if !public[rt.Op] {
+			select {
+			case <-s.m.Ready():
+			case <-r.Context().Done():
+				err = &apiError{http.StatusServiceUnavailable, api.CodeUnavailable, "starting: re-adopting sandboxes"}
+				s.writeError(rec, err)
+				return
+			}
+		}
 		if err = h(rec, r); err != nil {
 			if rec.status == 0 {
 				s.writeError(rec, err)

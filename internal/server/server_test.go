@@ -1,16 +1,21 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/manager"
+	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/store"
 )
 
@@ -99,5 +104,48 @@ func TestStream(t *testing.T) {
 	// Not started: the error is left to writeError.
 	if err := st.end(r.Context(), errdefs.ErrNotFound); err != errdefs.ErrNotFound || st.started {
 		t.Errorf("end before start: %v %v", err, st.started)
+	}
+}
+
+// Until the manager has re-adopted a previous daemon's sandboxes, API
+// calls wait (and give up with 503 when their caller does); health does
+// not. Once recovery is done, the same call answers.
+func TestCallsWaitForRecovery(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	met := manager.NewMetrics()
+	m, err := manager.New(manager.Config{Runtime: &native.Runtime{StateRoot: t.TempDir()}, Store: st, Metrics: met})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx, true)
+	ts := httptest.NewServer(New(m, st, met, slog.New(slog.DiscardHandler)).Handler(false))
+	defer ts.Close()
+	get := func(path string, wait time.Duration) int {
+		cctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(cctx, "GET", ts.URL+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0 // the caller gave up first
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if st := get("/healthz", 5*time.Second); st != 200 {
+		t.Fatalf("health during recovery: %d", st)
+	}
+	if st := get("/v1/sandboxes", 200*time.Millisecond); st == 200 {
+		t.Fatal("a list answered before recovery")
+	}
+	if err := m.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := get("/v1/sandboxes", 5*time.Second); st != 200 {
+		t.Fatalf("list after recovery: %d", st)
 	}
 }
