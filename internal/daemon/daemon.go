@@ -119,6 +119,7 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	defer cancel()
 	for _, hs := range servers {
 		if hs.Shutdown(sctx) != nil {
+			log.Warn("requests still in flight after the grace period; closing them")
 			hs.Close()
 		}
 	}

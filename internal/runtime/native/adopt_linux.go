@@ -2,6 +2,8 @@ package native
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -93,6 +95,11 @@ func (r *Runtime) adopt(ctx context.Context, id string, listen bool) (runtime.Sa
 		procs: map[uint64]*process{}, done: make(chan struct{}), exited: make(chan struct{}), swept: make(chan struct{}),
 		info: runtime.Info{ID: id, Runtime: r.Name(), LandlockABI: st.LandlockABI, CgroupPaths: st.Cgroups,
 			Rootless: st.Rootless, HostUID: st.HostUID, Steps: map[string]time.Duration{}},
+		// The agent may still answer calls of the previous supervisor (a
+		// long read, say) on this connection: start the sequence numbers
+		// far from where any previous supervisor's were, so that such an
+		// answer matches no call of ours and is dropped.
+		nextSeq: randomSeq(),
 	}
 	close(sb.swept)
 	go sb.pollInit()
@@ -204,4 +211,12 @@ func (sb *sandbox) Process(id uint64) (runtime.Process, bool) {
 	}
 	p, ok := sb.ended[id]
 	return p, ok
+}
+
+// randomSeq is a random starting point for call sequence numbers, below
+// 2^62 so that it never wraps.
+func randomSeq() uint64 {
+	var b [8]byte
+	rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:]) >> 2
 }
