@@ -495,28 +495,24 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 		}
 		defer g.untrack(f)
 		resp, err = ix.transport.RoundTrip(out)
-		if ap, ok := ix.addr.Load().(netip.AddrPort); ok {
-			rec.Addr = ap.String()
-		}
-	}
-	for i, a := range v.addrs {
-		if ix != nil {
-			break // sent above
-		}
-		rec.Addr, rec.Rule = a.ap.String(), a.rule
-		try := *out
-		try.URL = new(*out.URL)
-		try.URL.Host = a.ap.String() // the pool is keyed by checked address
-		f := &flow{c: c, host: tg.host, port: tg.port, addr: a.ap, gen: v.gen}
-		if d := g.track(f); !d.Allow {
-			rec.Allowed, rec.Rule = false, d.Rule
-			return refuse(http.StatusForbidden, d.Rule, denialText(tg, d.Rule))
-		}
-		defer g.untrack(f)
-		resp, err = g.transport.RoundTrip(&try)
-		var de *dialError
-		if err == nil || !errors.As(err, &de) || i == len(v.addrs)-1 || ctx.Err() != nil {
-			break
+		rec.Addr = ix.dialed()
+	} else {
+		for i, a := range v.addrs {
+			rec.Addr, rec.Rule = a.ap.String(), a.rule
+			try := *out
+			try.URL = new(*out.URL)
+			try.URL.Host = a.ap.String() // the pool is keyed by checked address
+			f := &flow{c: c, host: tg.host, port: tg.port, addr: a.ap, gen: v.gen}
+			if d := g.track(f); !d.Allow {
+				rec.Allowed, rec.Rule = false, d.Rule
+				return refuse(http.StatusForbidden, d.Rule, denialText(tg, d.Rule))
+			}
+			defer g.untrack(f)
+			resp, err = g.transport.RoundTrip(&try)
+			var de *dialError
+			if err == nil || !errors.As(err, &de) || i == len(v.addrs)-1 || ctx.Err() != nil {
+				break
+			}
 		}
 	}
 	rec.Rule = joinRules(rec.Rule, l7)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sync/atomic"
 	"time"
@@ -109,7 +110,15 @@ type intercepted struct {
 	v         verdict
 	client    io.Writer // the sandbox's side, decrypted
 	transport *http.Transport
-	addr      atomic.Value // netip.AddrPort last dialed
+	addr      atomic.Pointer[netip.AddrPort] // last dialed
+}
+
+// dialed is the address last dialed for the tunnel, or "".
+func (ix *intercepted) dialed() string {
+	if ap := ix.addr.Load(); ap != nil {
+		return ap.String()
+	}
+	return ""
 }
 
 // interceptTLS terminates a tunnel's TLS (hello: the client's first bytes,
@@ -142,9 +151,7 @@ func (g *Gateway) interceptTLS(c *conn, rec *Record, tg target, v verdict, hello
 	g.serveRequests(c, tc, ix)
 	c.SetWriteDeadline(time.Now().Add(lingerTimeout))
 	tc.CloseWrite() // close_notify
-	if ap, ok := ix.addr.Load().(interface{ String() string }); ok {
-		rec.Addr = ap.String()
-	}
+	rec.Addr = ix.dialed()
 	endTunnel(rec, c, cc.in.Load(), cc.out.Load(), nil)
 }
 
@@ -179,7 +186,7 @@ func (g *Gateway) upstreamTLS(ix *intercepted) *http.Transport {
 					raw.Close()
 					return nil, fmt.Errorf("TLS to %s (%s): %w", ix.tg.host, a.ap, err)
 				}
-				ix.addr.Store(a.ap)
+				ix.addr.Store(&a.ap)
 				return tc, nil
 			}
 			return nil, &dialError{errors.Join(errs...)}
