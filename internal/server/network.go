@@ -57,27 +57,29 @@ func (s *Server) networkEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	st := newStream(w, r)
 	q.Cursor = st.cursor(r)
-	ctx, stop := s.untilDrained(r.Context())
-	defer stop()
-	err = s.m.FollowNetwork(ctx, id, q, func() { st.start() }, func(ev api.NetworkEvent) error {
-		return st.send(ev.Cursor, "", ev)
+	err = s.untilDrained(r, func(ctx context.Context) error {
+		return s.m.FollowNetwork(ctx, id, q, func() { st.start() }, func(ev api.NetworkEvent) error {
+			return st.send(ev.Cursor, "", ev)
+		})
 	})
-	if err != nil && r.Context().Err() == nil && s.draining.Load() {
-		err = fmt.Errorf("the daemon is shutting down; reconnect with the last cursor: %w", errdefs.ErrUnavailable)
-	}
 	return st.end(r.Context(), err)
 }
 
-// untilDrained returns ctx, also cancelled when the server drains, so that
-// long streams end when a shutdown begins rather than when the grace
-// period runs out.
-func (s *Server) untilDrained(ctx context.Context) (context.Context, func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	if s.drained == nil {
-		return ctx, cancel
+// untilDrained runs a stream with r's context, also cancelled when the
+// server drains, so that long streams end when a shutdown begins rather
+// than when the grace period runs out; the stream then ends with an
+// "unavailable" error, which tells the client to reconnect with its cursor.
+func (s *Server) untilDrained(r *http.Request, stream func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	if s.drained != nil {
+		defer context.AfterFunc(s.drained, cancel)()
 	}
-	stop := context.AfterFunc(s.drained, cancel)
-	return ctx, func() { stop(); cancel() }
+	err := stream(ctx)
+	if err != nil && r.Context().Err() == nil && s.draining.Load() {
+		err = fmt.Errorf("the daemon is shutting down; reconnect with the last cursor: %w", errdefs.ErrUnavailable)
+	}
+	return err
 }
 
 func (s *Server) getNetworkPolicy(w http.ResponseWriter, r *http.Request) error {

@@ -1,12 +1,11 @@
 package server
 
 import (
-	"fmt"
+	"context"
 	"net/http"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
-	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/manager"
 )
 
@@ -100,16 +99,11 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// A shutdown ends the stream at once (the client reconnects to the
-	// next daemon with its cursor) instead of holding the grace period.
-	ctx, stop := s.untilDrained(r.Context())
-	defer stop()
-	err = s.m.Output(ctx, id, pid, cur, follow, func(ev api.OutputEvent) error {
-		return st.send(ev.Cursor, ev.Kind, ev)
+	err = s.untilDrained(r, func(ctx context.Context) error {
+		return s.m.Output(ctx, id, pid, cur, follow, func(ev api.OutputEvent) error {
+			return st.send(ev.Cursor, ev.Kind, ev)
+		})
 	})
-	if err != nil && r.Context().Err() == nil && s.draining.Load() {
-		err = fmt.Errorf("the daemon is shutting down; reconnect with the last cursor: %w", errdefs.ErrUnavailable)
-	}
 	return st.end(r.Context(), err)
 }
 
