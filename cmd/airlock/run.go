@@ -178,7 +178,8 @@ func buildPolicy(f *runFlags) (*policy.Policy, error) {
 		})
 	}
 	for _, c := range p.Network.Credentials {
-		src, isEnv := strings.CutPrefix(c.Secret, "env:")
+		kind, src, _ := policy.ParseSecret(c.Secret)
+		isEnv := kind == policy.SecretEnv
 		for _, e := range f.env {
 			k, _, set := strings.Cut(e, "=")
 			if isEnv && k == src && !set {

@@ -210,8 +210,7 @@ func (c *Config) manager() (manager.Config, int64, error) {
 		}
 	}
 	for name, sc := range c.Secrets {
-		kind, ref, _ := strings.Cut(sc.Source, ":")
-		if name == "" || strings.Contains(name, ":") || (kind != "env" && kind != "file") || ref == "" || (kind == "file" && !filepath.IsAbs(ref)) {
+		if kind, _, err := policy.ParseSecret(sc.Source); err != nil || kind == policy.SecretName || name == "" || strings.Contains(name, ":") {
 			return mc, 0, fmt.Errorf("config: secrets.%s.source: %q: want a name without ':' and env:VAR or file:/absolute/path", name, sc.Source)
 		}
 		if len(sc.Hosts) == 0 {

@@ -189,15 +189,18 @@ const maxSecret = 64 << 10
 // ResolveSecret reads a secret from where src says: env:VAR, file:PATH,
 // or a name lookup knows. Errors never hold the value.
 func ResolveSecret(src string, lookup SecretLookup) (string, error) {
-	kind, ref, hasKind := strings.Cut(src, ":")
+	kind, ref, err := policy.ParseSecret(src)
+	if err != nil {
+		return "", fmt.Errorf("secret: %w", err)
+	}
 	var v string
 	switch {
-	case hasKind && kind == "env":
+	case kind == policy.SecretEnv:
 		var ok bool
 		if v, ok = os.LookupEnv(ref); !ok {
 			return "", fmt.Errorf("secret env:%s: $%s is not set in airlock's environment", ref, ref)
 		}
-	case hasKind && kind == "file":
+	case kind == policy.SecretFile:
 		f, err := os.Open(ref)
 		if err != nil {
 			return "", fmt.Errorf("secret file:%s: %w", ref, err)
@@ -211,13 +214,10 @@ func ResolveSecret(src string, lookup SecretLookup) (string, error) {
 			return "", fmt.Errorf("secret file:%s: larger than %d bytes", ref, maxSecret)
 		}
 		v = strings.TrimRight(string(b), "\r\n")
-	case hasKind:
-		return "", fmt.Errorf("secret %q: unknown source (want env:VAR, file:PATH or a name)", kind)
 	case lookup == nil:
 		return "", fmt.Errorf("secret %q: named secrets come from airlock serve's configuration (secrets:); here, use env:VAR or file:PATH", src)
 	default:
-		var err error
-		if v, err = lookup(src); err != nil {
+		if v, err = lookup(ref); err != nil {
 			return "", err
 		}
 	}

@@ -115,7 +115,7 @@ func (c *Config) secret(name string) (string, error) {
 // outside the hosts the daemon's configuration allows it.
 func (c *Config) checkCredentials(n policy.Network) error {
 	for i, cr := range n.Credentials {
-		if strings.Contains(cr.Secret, ":") {
+		if kind, _, _ := policy.ParseSecret(cr.Secret); kind != policy.SecretName {
 			continue // env: or file: (a named policy of the daemon's own)
 		}
 		sc, ok := c.Secrets[cr.Secret]

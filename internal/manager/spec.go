@@ -122,7 +122,7 @@ func apiPolicyAllowed(p *policy.Policy) error {
 		return invalid("policy: network.max_connections %d: API callers may lower the gateway's cap of %d connections, not raise it (the connections are the daemon's)", p.Network.MaxConnections, gateway.DefaultMaxConns)
 	}
 	for i, c := range p.Network.Credentials {
-		if strings.Contains(c.Secret, ":") {
+		if kind, _, _ := policy.ParseSecret(c.Secret); kind != policy.SecretName {
 			return invalid("policy: network.credentials[%d].secret: %q reads the daemon's environment or files, which API callers may not choose; name a secret of the daemon's configuration (secrets:)", i, c.Secret)
 		}
 	}

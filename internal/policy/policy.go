@@ -16,7 +16,9 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -257,4 +259,30 @@ func parentKey(k string) string {
 		}
 	}
 	return ""
+}
+
+// Where a credential's secret is (Credential.Secret).
+const (
+	SecretEnv  = "env"  // env:VAR, airlock's environment
+	SecretFile = "file" // file:/absolute/path
+	SecretName = "name" // a bare name: a secret of airlock serve's configuration
+)
+
+// ParseSecret splits a Credential.Secret into its kind (SecretEnv,
+// SecretFile or SecretName) and what it refers to.
+func ParseSecret(s string) (kind, ref string, err error) {
+	k, r, hasKind := strings.Cut(s, ":")
+	switch {
+	case s == "":
+		return "", "", errors.New("missing: say where the secret is (env:VAR, file:PATH, or the name of a secret of airlock serve)")
+	case !hasKind:
+		return SecretName, s, nil
+	case k != SecretEnv && k != SecretFile:
+		return "", "", fmt.Errorf("unknown source %q (want env:VAR, file:PATH, or a name)", k)
+	case r == "":
+		return "", "", fmt.Errorf("%q names nothing", s)
+	case k == SecretFile && !filepath.IsAbs(r):
+		return "", "", fmt.Errorf("file %q: want an absolute path", r)
+	}
+	return k, r, nil
 }

@@ -360,16 +360,9 @@ func (p *Policy) validateCredentials() error {
 		if err := p.inspectedHosts(key+".hosts", c.Hosts); err != nil {
 			return err
 		}
-		kind, ref, _ := strings.Cut(c.Secret, ":")
-		switch {
-		case c.Secret == "":
-			return p.errAt(key+".secret", "missing: say where the secret is (env:VAR, file:PATH, or the name of a secret of airlock serve)")
-		case strings.Contains(c.Secret, ":") && kind != "env" && kind != "file":
-			return p.errAt(key+".secret", "unknown source %q (want env:VAR, file:PATH, or a name)", kind)
-		case strings.Contains(c.Secret, ":") && ref == "":
-			return p.errAt(key+".secret", "%q names nothing", c.Secret)
-		case kind == "file" && !filepath.IsAbs(ref):
-			return p.errAt(key+".secret", "file %q: want an absolute path", ref)
+		kind, ref, err := ParseSecret(c.Secret)
+		if err != nil {
+			return p.errAt(key+".secret", "%v", err)
 		}
 		if c.Env == "" && c.Header == "" {
 			return p.errAt(key, "neither env nor header: the secret would never be used (set env to give the sandbox a placeholder, header to add it to every request)")
@@ -386,7 +379,7 @@ func (p *Policy) validateCredentials() error {
 				return p.errAt(key+".env", "%s is also set by environment: the sandbox must see only the placeholder", c.Env)
 			}
 		}
-		if kind == "env" && slices.Contains(p.Environment.Pass, ref) {
+		if kind == SecretEnv && slices.Contains(p.Environment.Pass, ref) {
 			return p.errAt(key+".secret", "environment.pass would copy $%s, the secret itself, into the sandbox", ref)
 		}
 		if c.Header != "" && (strings.Trim(strings.ToLower(c.Header), "abcdefghijklmnopqrstuvwxyz0123456789-_") != "" || len(c.Header) > 128) {
