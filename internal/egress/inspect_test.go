@@ -645,3 +645,30 @@ func TestOpenModeAddressesWithInspection(t *testing.T) {
 		}
 	}
 }
+
+// TestSystemBundleCache: a root's bundle is decoded once, and again when
+// the file changes.
+func TestSystemBundleCache(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "etc/ssl/certs"), 0o755)
+	cert := func(body string) string {
+		return "-----BEGIN CERTIFICATE-----\n" + body + "\n-----END CERTIFICATE-----\n"
+	}
+	path := filepath.Join(root, BundlePath)
+	os.WriteFile(path, []byte(cert("QUFB")), 0o644)
+	for range 2 {
+		if b, err := systemBundle(root); err != nil || string(b) != cert("QUFB") {
+			t.Fatalf("%q %v", b, err)
+		}
+	}
+	// Replaced (a new inode, as package managers do), and rewritten in place.
+	os.WriteFile(path+".new", []byte(cert("QkJCQg==")), 0o644)
+	os.Rename(path+".new", path)
+	if b, _ := systemBundle(root); string(b) != cert("QkJCQg==") {
+		t.Fatalf("after a replacement: %q", b)
+	}
+	os.WriteFile(path, []byte(cert("Q0NDQ0ND")), 0o644)
+	if b, _ := systemBundle(root); string(b) != cert("Q0NDQ0ND") {
+		t.Fatalf("after a rewrite: %q", b)
+	}
+}

