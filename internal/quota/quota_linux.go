@@ -1,0 +1,335 @@
+package quota
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/errdefs"
+)
+
+// Volumes makes capped volumes in one host directory, which belongs to
+// one owner (a runtime and its state root): Sweep removes what that owner
+// no longer knows.
+type Volumes struct {
+	dir     string
+	kind    string
+	reserve int64
+	mkfs    string
+}
+
+// Open prepares dir (created if missing, mode 0711) for volumes of the
+// given kind (KindAuto or "": the best the host offers) with reserve
+// bytes of its filesystem kept free. It makes and removes a small test
+// volume, so that a host that cannot make volumes fails here, with the
+// reason and the fix, rather than at the first sandbox.
+func Open(dir, kind string, reserve int64) (*Volumes, error) {
+	if kind == "" {
+		kind = KindAuto
+	}
+	if kind != KindAuto && kind != KindLoop {
+		return nil, fmt.Errorf("disk quota %q: unknown kind (want %s or %s)", kind, KindAuto, KindLoop)
+	}
+	if reserve < 0 {
+		return nil, fmt.Errorf("disk reserve %d: must not be negative", reserve)
+	}
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("volume directory %q: must be absolute", dir)
+	}
+	vs := &Volumes{dir: filepath.Clean(dir), kind: KindLoop, reserve: reserve}
+	if err := vs.probeLoop(); err != nil {
+		return nil, fmt.Errorf("disk quota in %s: loop volumes: %w", dir, err)
+	}
+	return vs, nil
+}
+
+// Kind is the kind of volume made.
+func (vs *Volumes) Kind() string { return vs.kind }
+
+// Dir is the directory the volumes live in.
+func (vs *Volumes) Dir() string { return vs.dir }
+
+// Reserve is the free space kept on the directory's filesystem.
+func (vs *Volumes) Reserve() int64 { return vs.reserve }
+
+func (vs *Volumes) String() string {
+	return fmt.Sprintf("%s volumes in %s (ext4 images made with %s), %s kept in reserve", vs.kind, vs.dir, vs.mkfs, Human(vs.reserve))
+}
+
+// probeLoop checks what loop volumes need, then makes and removes one.
+func (vs *Volumes) probeLoop() error {
+	if os.Geteuid() != 0 {
+		return errors.New("mounting an ext4 image needs root")
+	}
+	mkfs, err := findMkfs()
+	if err != nil {
+		return err
+	}
+	vs.mkfs = mkfs
+	fd, err := unix.Open("/dev/loop-control", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open /dev/loop-control: %w (load the loop module: modprobe loop)", err)
+	}
+	unix.Close(fd)
+	if err := ensureDir(vs.dir); err != nil {
+		return err
+	}
+	v, err := vs.create(fmt.Sprintf(".probe-%d", os.Getpid()), 8<<20, 0, 0, false)
+	if err != nil {
+		return fmt.Errorf("a test volume failed: %w", err)
+	}
+	return v.Remove()
+}
+
+// findMkfs finds mkfs.ext4 in PATH or the usual sbin directories (a
+// daemon's PATH may lack them).
+func findMkfs() (string, error) {
+	if p, err := exec.LookPath("mkfs.ext4"); err == nil {
+		return p, nil
+	}
+	for _, p := range []string{"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", errors.New("mkfs.ext4 not found (install e2fsprogs)")
+}
+
+// ensureDir creates dir and refuses one that another user could tamper
+// with.
+func ensureDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return fmt.Errorf("volume directory: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("volume directory: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		return fmt.Errorf("volume directory %s must be a directory owned by uid %d and writable only by it", dir, os.Geteuid())
+	}
+	return nil
+}
+
+// Create makes the volume name (a file name) of size bytes, its root
+// directory owned by uid and gid, mode 0755. It fails with
+// errdefs.ErrExhausted when the volume would eat into the reserve.
+func (vs *Volumes) Create(name string, size int64, uid, gid int) (*Volume, error) {
+	if name == "" || strings.ContainsAny(name, "/\x00") || strings.HasPrefix(name, ".") {
+		return nil, fmt.Errorf("volume name %q: want a plain file name: %w", name, errdefs.ErrInvalid)
+	}
+	if size < 1<<20 {
+		return nil, fmt.Errorf("volume %s: size %d: want at least 1 MiB: %w", name, size, errdefs.ErrInvalid)
+	}
+	return vs.create(name, size, uid, gid, true)
+}
+
+func (vs *Volumes) create(name string, size int64, uid, gid int, checkReserve bool) (_ *Volume, retErr error) {
+	v := &Volume{Kind: KindLoop, Path: filepath.Join(vs.dir, name), Image: filepath.Join(vs.dir, name+".img"), Size: size}
+	img, err := vs.allocate(v, checkReserve)
+	if err != nil {
+		return nil, err
+	}
+	defer img.Close()
+	defer func() {
+		if retErr != nil {
+			v.Remove()
+		}
+	}()
+	cmd := exec.Command(vs.mkfs, "-q", "-F", "-b", "4096", "-I", "256", "-i", strconv.Itoa(InodeRatio), "-m", "0",
+		"-O", "^has_journal", "-E", fmt.Sprintf("lazy_itable_init=1,nodiscard,root_owner=%d:%d", uid, gid), "-L", "airlock", v.Image)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("%s %s: %w: %s", vs.mkfs, v.Image, err, bytes.TrimSpace(out))
+	}
+	if err := os.Mkdir(v.Path, 0o700); err != nil {
+		return nil, fmt.Errorf("volume mount point: %w", err)
+	}
+	dev, loop, err := attachLoop(img, name)
+	if err != nil {
+		return nil, err
+	}
+	// The loop device clears itself (autoclear) once nothing holds it: its
+	// descriptor stays open until the mount holds it instead.
+	err = unix.Mount(dev, v.Path, "ext4", unix.MS_NOSUID|unix.MS_NODEV, "discard,noinit_itable")
+	unix.Close(loop)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s (%s) on %s: %w", dev, v.Image, v.Path, err)
+	}
+	// mkfs made lost+found; the volume is a sandbox's empty workspace.
+	if err := os.Remove(filepath.Join(v.Path, "lost+found")); err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	return v, nil
+}
+
+// allocate creates v's sparse image at its full size. With the reserve
+// checked, the check and the creation happen under the directory's lock,
+// so that two creations (from any process) cannot both take the last
+// room.
+func (vs *Volumes) allocate(v *Volume, checkReserve bool) (*os.File, error) {
+	if checkReserve {
+		lock, err := os.OpenFile(filepath.Join(vs.dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("volume directory lock: %w", err)
+		}
+		defer lock.Close() // releases the lock
+		if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+			return nil, fmt.Errorf("volume directory lock: %w", err)
+		}
+		free, promised, n, err := vs.Space()
+		if err != nil {
+			return nil, err
+		}
+		if free-promised-v.Size < vs.reserve {
+			return nil, fmt.Errorf("disk: a %s volume does not fit in %s: %s free, %s promised to %d live volumes, %s kept in reserve (lower the sandbox's disk size, remove sandboxes, or free space there): %w",
+				Human(v.Size), vs.dir, Human(free), Human(promised), n, Human(vs.reserve), errdefs.ErrExhausted)
+		}
+	}
+	img, err := os.OpenFile(v.Image, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		if os.IsExist(err) {
+			return nil, fmt.Errorf("volume %s: %w", v.Path, errdefs.ErrExists)
+		}
+		return nil, fmt.Errorf("volume image: %w", err)
+	}
+	if err := img.Truncate(v.Size); err != nil {
+		img.Close()
+		os.Remove(v.Image)
+		return nil, fmt.Errorf("volume image %s: %w", v.Image, err)
+	}
+	return img, nil
+}
+
+// Space reports the free space of the directory's filesystem (for an
+// unprivileged writer), what the live volumes may still grow into (their
+// size less what their image already holds), and how many there are.
+func (vs *Volumes) Space() (free, promised int64, n int, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(vs.dir, &st); err != nil {
+		return 0, 0, 0, fmt.Errorf("statfs %s: %w", vs.dir, err)
+	}
+	free = int64(st.Bavail) * st.Bsize
+	entries, err := os.ReadDir(vs.dir)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".img") {
+			continue
+		}
+		var fst unix.Stat_t
+		if unix.Stat(filepath.Join(vs.dir, e.Name()), &fst) != nil {
+			continue // removed meanwhile
+		}
+		n++
+		if rest := fst.Size - fst.Blocks*512; rest > 0 {
+			promised += rest
+		}
+	}
+	return free, promised, n, nil
+}
+
+// attachLoop attaches img to a free loop device (autoclear, direct I/O
+// where the backing filesystem allows it) and returns the device's path
+// and an open descriptor on it.
+func attachLoop(img *os.File, name string) (string, int, error) {
+	ctl, err := unix.Open("/dev/loop-control", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", -1, fmt.Errorf("open /dev/loop-control: %w", err)
+	}
+	defer unix.Close(ctl)
+	for try := 0; try < 32; try++ {
+		n, err := unix.IoctlRetInt(ctl, unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return "", -1, fmt.Errorf("find a free loop device: %w", err)
+		}
+		dev := "/dev/loop" + strconv.Itoa(n)
+		fd, err := unix.Open(dev, unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", -1, fmt.Errorf("open %s: %w", dev, err)
+		}
+		cfg := unix.LoopConfig{Fd: uint32(img.Fd())}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR | unix.LO_FLAGS_DIRECT_IO
+		copy(cfg.Info.File_name[:len(cfg.Info.File_name)-1], "airlock:"+name)
+		err = unix.IoctlLoopConfigure(fd, &cfg)
+		if err == unix.EINVAL {
+			// The backing filesystem cannot do direct I/O.
+			cfg.Info.Flags &^= unix.LO_FLAGS_DIRECT_IO
+			err = unix.IoctlLoopConfigure(fd, &cfg)
+		}
+		if err == unix.EBUSY {
+			unix.Close(fd) // taken by someone else since GET_FREE
+			continue
+		}
+		if err != nil {
+			unix.Close(fd)
+			return "", -1, fmt.Errorf("attach %s to %s: %w", img.Name(), dev, err)
+		}
+		return dev, fd, nil
+	}
+	return "", -1, errors.New("attach a loop device: every free device was taken before it could be configured")
+}
+
+// Remove unmounts the volume and deletes it. Removing a volume that is
+// already gone is not an error.
+func (v *Volume) Remove() error {
+	if v.Kind != KindLoop {
+		return fmt.Errorf("volume %s: unknown kind %q", v.Path, v.Kind)
+	}
+	if !filepath.IsAbs(v.Path) || filepath.Clean(v.Path) != v.Path || v.Image != v.Path+".img" {
+		return fmt.Errorf("volume %q (image %q): not a volume this package made", v.Path, v.Image)
+	}
+	var errs []error
+	err := unix.Unmount(v.Path, 0)
+	if err == unix.EBUSY {
+		// Still held (a mount namespace that has not gone yet): detach
+		// it; the loop device clears itself when the last user goes.
+		err = unix.Unmount(v.Path, unix.MNT_DETACH)
+	}
+	if err != nil && err != unix.EINVAL && err != unix.ENOENT {
+		errs = append(errs, fmt.Errorf("unmount %s: %w", v.Path, err))
+	}
+	for _, p := range []string{v.Path, v.Image} {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Remove removes the volume name, if there is one.
+func (vs *Volumes) Remove(name string) error {
+	if name == "" || strings.ContainsAny(name, "/\x00") || strings.HasPrefix(name, ".") {
+		return fmt.Errorf("volume name %q: want a plain file name: %w", name, errdefs.ErrInvalid)
+	}
+	p := filepath.Join(vs.dir, name)
+	return (&Volume{Kind: KindLoop, Path: p, Image: p + ".img"}).Remove()
+}
+
+// Sweep removes the volumes whose name keep does not accept (their owner
+// is gone).
+func (vs *Volumes) Sweep(keep func(name string) bool) {
+	entries, err := os.ReadDir(vs.dir)
+	if err != nil {
+		return
+	}
+	seen := map[string]bool{}
+	for _, e := range entries {
+		name := strings.TrimSuffix(e.Name(), ".img")
+		if strings.HasPrefix(name, ".") || seen[name] {
+			continue
+		}
+		seen[name] = true
+		if !keep(name) {
+			vs.Remove(name)
+		}
+	}
+}

@@ -1,0 +1,33 @@
+//go:build !linux
+
+package quota
+
+import "errors"
+
+// ErrUnsupported is returned on operating systems other than Linux.
+var ErrUnsupported = errors.New("disk quotas for sandboxes need Linux (loop devices, ext4)")
+
+// Volumes makes capped volumes; it needs Linux.
+type Volumes struct{}
+
+// Open fails on operating systems other than Linux.
+func Open(dir, kind string, reserve int64) (*Volumes, error) { return nil, ErrUnsupported }
+
+func (vs *Volumes) Kind() string   { return "" }
+func (vs *Volumes) Dir() string    { return "" }
+func (vs *Volumes) Reserve() int64 { return 0 }
+func (vs *Volumes) String() string { return "none" }
+
+// Create fails on operating systems other than Linux.
+func (vs *Volumes) Create(name string, size int64, uid, gid int) (*Volume, error) {
+	return nil, ErrUnsupported
+}
+
+// Remove fails on operating systems other than Linux.
+func (vs *Volumes) Remove(name string) error { return ErrUnsupported }
+
+// Sweep does nothing on operating systems other than Linux.
+func (vs *Volumes) Sweep(keep func(name string) bool) {}
+
+// Remove fails on operating systems other than Linux.
+func (v *Volume) Remove() error { return ErrUnsupported }
