@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/cgroup"
 	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/sandbox"
@@ -159,6 +160,8 @@ func hostChecks() []check {
 		cs = append(cs, im)
 	}
 
+	cs = append(cs, diskChecks()...)
+
 	kvm := check{Name: "kvm", Detail: "/dev/kvm absent (microVM backends unavailable)"}
 	if fd, err := unix.Open("/dev/kvm", unix.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
 		const kvmGetAPIVersion = 0xAE00
@@ -180,6 +183,42 @@ func hostChecks() []check {
 	}
 	cs = append(cs, gv)
 	return cs
+}
+
+// diskChecks reports how sandboxes' writes are capped: where fresh
+// workspaces live (airlock run: a tmpfs; airlock serve: loop volumes when a
+// test volume works here), and whether the kernel charges tmpfs inodes and
+// pages to the sandbox's memory cgroup.
+func diskChecks() []check {
+	run := check{Name: "disk quota (airlock run)", OK: true,
+		Detail: "a fresh workspace is a tmpfs capped at --disk (in memory); a --workspace DIR is the caller's and not capped"}
+	serve := check{Name: "disk quota (airlock serve)"}
+	if dir, err := os.MkdirTemp("", "airlock-doctor-volumes-"); err != nil {
+		serve.Detail = err.Error()
+	} else {
+		if _, err := quota.Open(filepath.Join(dir, "volumes"), quota.KindAuto, 0); err != nil {
+			serve.Detail = err.Error() + "; workspaces would be tmpfs, in memory (disk_quota: auto)"
+		} else {
+			serve.OK, serve.Detail = true, "loop: an ext4 image per sandbox in <data_dir>/volumes (made with the host's mkfs.ext4; a test volume worked), capped at its disk size"
+		}
+		os.RemoveAll(dir)
+	}
+	kmem := check{Name: "tmpfs memory accounting"}
+	cmdline, _ := os.ReadFile("/proc/cmdline")
+	switch {
+	case bytes.Contains(cmdline, []byte("cgroup.memory=nokmem")):
+		kmem.Detail = "cgroup.memory=nokmem: tmpfs inodes are not charged to the sandbox's memory cgroup (only capped by nr_inodes)"
+	case cgroup.Detect().Version == cgroup.V1 && !exists("/sys/fs/cgroup/memory/memory.kmem.usage_in_bytes"):
+		kmem.Detail = "cgroup v1 without kernel memory accounting: tmpfs inodes are only capped by nr_inodes"
+	default:
+		kmem.OK, kmem.Detail = true, fmt.Sprintf("tmpfs pages and inodes are charged to the sandbox's memory cgroup; inodes capped at one per %d KiB of each tmpfs", quota.InodeRatio>>10)
+	}
+	return []check{run, serve, kmem}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // selfTest runs a real sandbox that tries to read a canary outside it and

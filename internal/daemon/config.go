@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/egress/rules"
 	"github.com/airlock-dev/airlock/internal/manager"
 	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/quota"
 )
 
 // Config is the daemon's configuration file. Durations are Go durations
@@ -58,6 +60,52 @@ type Config struct {
 	// hosts it may ever be sent to.
 	Secrets  map[string]manager.SecretConfig `yaml:"secrets"`
 	Insecure Insecure                        `yaml:"insecure"`
+
+	// DiskQuota is where sandbox workspaces live, capped at each
+	// sandbox's disk size: "loop" (an ext4 image per sandbox in
+	// <data_dir>/volumes; needs root and mkfs.ext4), "tmpfs" (in memory,
+	// counted against the sandbox's memory limit) or "auto" (the
+	// default: loop when the host can, else tmpfs with a warning).
+	DiskQuota string `yaml:"disk_quota"`
+	// DiskReserve is the space kept free on the volumes' filesystem (the
+	// data directory's, with the store): a sandbox whose disk size would
+	// eat into it is refused. Default 1G.
+	DiskReserve string `yaml:"disk_reserve"`
+}
+
+// DefaultDiskReserve is the default of disk_reserve.
+const DefaultDiskReserve = 1 << 30
+
+// volumes opens where the daemon keeps sandbox workspaces (disk_quota):
+// nil means tmpfs workspaces inside each sandbox.
+func (c *Config) volumes(log *slog.Logger) (*quota.Volumes, error) {
+	reserve := int64(DefaultDiskReserve)
+	if c.DiskReserve != "" {
+		n, err := policy.ParseSize(c.DiskReserve)
+		if err != nil {
+			return nil, fmt.Errorf("config: disk_reserve: %v", err)
+		}
+		reserve = n
+	}
+	dir := filepath.Join(c.DataDir, "volumes")
+	switch c.DiskQuota {
+	case "", quota.KindAuto:
+		vs, err := quota.Open(dir, quota.KindAuto, reserve)
+		if err != nil {
+			log.Warn("sandbox workspaces are tmpfs, in memory: each is capped at its disk size and counted against its memory limit (set disk_quota: tmpfs to choose this, or fix the cause to get volumes on disk)", "reason", err)
+			return nil, nil
+		}
+		return vs, nil
+	case quota.KindLoop:
+		vs, err := quota.Open(dir, quota.KindLoop, reserve)
+		if err != nil {
+			return nil, fmt.Errorf("config: disk_quota: %v (or set disk_quota: tmpfs for workspaces in memory)", err)
+		}
+		return vs, nil
+	case "tmpfs":
+		return nil, nil
+	}
+	return nil, fmt.Errorf("config: disk_quota: %q: want auto, loop or tmpfs", c.DiskQuota)
 }
 
 // Insecure opts every sandbox of the daemon out of isolation layers, by

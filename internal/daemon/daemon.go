@@ -59,7 +59,11 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if err := os.MkdirAll(filepath.Dir(c.StateDir), 0o711); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
-	rt := &native.Runtime{Detached: true, StateRoot: c.StateDir}
+	vols, err := c.volumes(log)
+	if err != nil {
+		return err
+	}
+	rt := &native.Runtime{Detached: true, StateRoot: c.StateDir, Volumes: vols}
 	mc.Runtime, mc.Adopter, mc.Store, mc.Log = rt, rt, st, log
 	mc.Metrics = manager.NewMetrics()
 	for layer, off := range map[string]bool{"landlock": mc.Insecure.NoLandlock, "seccomp": mc.Insecure.NoSeccomp, "cgroups": mc.Insecure.NoCgroups} {
@@ -103,7 +107,11 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if tl != nil {
 		serve(tl, true)
 	}
-	log.Info("airlock serve", "socket", c.Socket, "listen", c.Listen, "data_dir", c.DataDir, "state_dir", c.StateDir, "pid", os.Getpid())
+	workspaces := "tmpfs in each sandbox"
+	if vols != nil {
+		workspaces = vols.String()
+	}
+	log.Info("airlock serve", "socket", c.Socket, "listen", c.Listen, "data_dir", c.DataDir, "state_dir", c.StateDir, "workspaces", workspaces, "pid", os.Getpid())
 	if err := m.Recover(ctx); err != nil {
 		log.Error("recover", "err", err)
 	}

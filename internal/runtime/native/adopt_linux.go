@@ -90,7 +90,7 @@ func (r *Runtime) adopt(ctx context.Context, id string, listen bool) (runtime.Sa
 		return nil, nil, fmt.Errorf("sandbox %q: its init is gone: %w", id, ErrNotAdoptable)
 	}
 	sb := &sandbox{
-		id: id, stateDir: dir, workspace: st.Workspace, tempWorkspace: st.TempWS, placeholders: st.Placeholders,
+		id: id, stateDir: dir, workspace: st.Workspace, tempWorkspace: st.TempWS, volume: st.Volume, placeholders: st.Placeholders,
 		detached: true, initPid: st.Init, initPidFD: pidfd, listen: st.Listen,
 		procs: map[uint64]*process{}, done: make(chan struct{}), exited: make(chan struct{}), swept: make(chan struct{}),
 		info: runtime.Info{ID: id, Runtime: r.Name(), LandlockABI: st.LandlockABI, CgroupPaths: st.Cgroups,

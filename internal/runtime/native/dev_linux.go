@@ -2,7 +2,6 @@ package native
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,7 +14,7 @@ import (
 var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
 func mountDev(dev string, shm int64) error {
-	if err := mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
+	if err := mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, tmpfsOptions(64<<10, 0o755)); err != nil {
 		return err
 	}
 	for _, n := range devNodes {
@@ -38,7 +37,7 @@ func mountDev(dev string, shm int64) error {
 	if err := os.Mkdir(shmDir, 0o1777); err != nil {
 		return err
 	}
-	if err := mount("shm", shmDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=1777", shm)); err != nil {
+	if err := mount("shm", shmDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpfsOptions(shm, 0o1777)); err != nil {
 		return err
 	}
 	for link, target := range map[string]string{

@@ -29,6 +29,7 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/agent"
 	"github.com/airlock-dev/airlock/internal/cgroup"
+	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime"
 )
 
@@ -72,6 +73,13 @@ type Runtime struct {
 	// could destroy the sandbox. For one-shot supervisors like `airlock
 	// run`; a daemon re-adopts its sandboxes instead.
 	Reaper bool
+	// Volumes holds fresh workspaces (Spec.Workspace empty) on host
+	// storage: each is a volume capped at the sandbox's disk limit, named
+	// after the sandbox, removed with it. Nil: a fresh workspace is a
+	// tmpfs inside the sandbox capped at the disk limit (in memory,
+	// counted against the sandbox's memory limit). A workspace the caller
+	// names is the caller's directory and is not capped.
+	Volumes *quota.Volumes
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -128,7 +136,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	// Clearing what dead supervisors left is not on this sandbox's path;
 	// Destroy waits for it so a short-lived supervisor finishes the job.
 	swept := make(chan struct{})
-	go func() { sweep(root); close(swept) }()
+	go func() { sweep(root, r.Volumes); close(swept) }()
 	cu.add(func() { <-swept })
 	if err := ensureStateRoot(root); err != nil {
 		return nil, err
@@ -148,13 +156,22 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	sb := &sandbox{id: id, stateDir: stateDir, procs: map[uint64]*process{}, done: make(chan struct{}), swept: swept, detached: r.Detached, listen: spec.Listen}
 	sb.info = runtime.Info{ID: id, Runtime: r.Name(), Rootless: os.Geteuid() != 0, Steps: steps}
 
+	// A fresh workspace is a volume on host storage (Volumes) or a tmpfs
+	// the init mounts (ws stays empty); either way capped at the disk limit.
 	ws := spec.Workspace
 	if ws == "" {
-		ws = filepath.Join(stateDir, "workspace")
-		if err := os.Mkdir(ws, 0o755); err != nil {
-			return nil, err
-		}
 		sb.tempWorkspace = true
+		if r.Volumes != nil {
+			t0 := time.Now()
+			uid, gid := workspaceOwner()
+			vol, err := r.Volumes.Create(id, orDefault(spec.Limits.Disk, defaultDisk), uid, gid)
+			if err != nil {
+				return nil, &LayerError{Layer: layerDisk, Err: err, Fix: fixFor(layerDisk)}
+			}
+			cu.add(func() { vol.Remove() })
+			sb.volume, ws = vol, vol.Path
+			steps["volume"] = time.Since(t0)
+		}
 	} else {
 		abs, err := filepath.Abs(ws)
 		if err != nil {
@@ -162,19 +179,22 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		}
 		ws = abs
 	}
-	var wst unix.Stat_t
-	if err := unix.Stat(ws, &wst); err != nil {
-		return nil, fmt.Errorf("workspace %s: %w", ws, err)
-	}
-	if wst.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return nil, fmt.Errorf("workspace %s: not a directory", ws)
+	var wst unix.Stat_t // a tmpfs workspace: as if owned by root
+	if ws != "" {
+		if err := unix.Stat(ws, &wst); err != nil {
+			return nil, fmt.Errorf("workspace %s: %w", ws, err)
+		}
+		if wst.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return nil, fmt.Errorf("workspace %s: not a directory", ws)
+		}
 	}
 	sb.workspace = ws
-	if err := writeState(stateDir, &stateFile{Workspace: ws}); err != nil {
+	if err := writeState(stateDir, &stateFile{Workspace: ws, Volume: sb.volume}); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
 
 	uid, gid, idmapWorkspace := hostIDs(sb.info.Rootless, &wst)
+	idmapWorkspace = idmapWorkspace && ws != ""
 	sb.info.HostUID = uid
 
 	// On cgroup v2 the init is cloned straight into its cgroup, which must
@@ -325,7 +345,7 @@ func (sb *sandbox) buildSetup(spec *runtime.Spec, root string, pid int, idmapWor
 		Disk: orDefault(spec.Limits.Disk, defaultDisk), Tmp: orDefault(spec.Limits.Tmp, defaultTmp), Shm: orDefault(spec.Limits.Shm, defaultShm),
 		NoFile: spec.Limits.NoFile, FileSize: spec.Limits.FileSize,
 		Seccomp: spec.Seccomp, NoSeccomp: spec.Insecure.NoSeccomp, NoLandlock: spec.Insecure.NoLandlock,
-		Listen: spec.Listen,
+		Listen: spec.Listen, WorkspaceTmpfs: sb.tempWorkspace && sb.workspace == "",
 	}
 	if !sb.tempWorkspace {
 		st.Protected = spec.Protected
@@ -351,6 +371,12 @@ func (sb *sandbox) buildSetup(spec *runtime.Spec, root string, pid int, idmapWor
 	sb.info.Steps["idmap"] = time.Since(t0)
 	return st, fds, nil
 }
+
+// workspaceOwner is the host owner of a fresh workspace volume's root
+// directory: root, so that it is attached idmapped like any root-owned
+// workspace and appears owned by root inside. Ownership of what the
+// runtime makes on host storage for a sandbox goes through here.
+func workspaceOwner() (uid, gid int) { return 0, 0 }
 
 // hostIDs chooses the host uid and gid that root inside the sandbox maps
 // to: the caller when rootless; as root, the workspace's owner, or
@@ -505,6 +531,8 @@ func fixFor(layer string) string {
 		return "the kernel needs CONFIG_SECCOMP_FILTER; or pass --insecure-no-seccomp"
 	case layerFilesystem:
 		return "check the image, workspace and bind paths"
+	case layerDisk:
+		return "lower the sandbox's disk size, remove sandboxes or free space on the volume directory's filesystem; see airlock doctor"
 	}
 	return ""
 }

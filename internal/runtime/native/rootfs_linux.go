@@ -24,7 +24,7 @@ func buildRoot(s *setup, idmapped map[string]*os.File, step func(string)) ([]str
 	// One tmpfs, capped at the disk limit, holds the new root and the
 	// upper layers of every overlay: the writable copy-on-write layer.
 	top := filepath.Join(s.StateDir, "root")
-	if err := mount("airlock", top, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0755", s.Disk)); err != nil {
+	if err := mount("airlock", top, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpfsOptions(s.Disk, 0o755)); err != nil {
 		return nil, err
 	}
 	newRoot := filepath.Join(top, "rootfs")
@@ -58,7 +58,11 @@ func buildRoot(s *setup, idmapped map[string]*os.File, step func(string)) ([]str
 	}
 
 	ws := filepath.Join(newRoot, "workspace")
-	if f := idmapped["workspace"]; f != nil {
+	if s.WorkspaceTmpfs {
+		if err := mount("workspace", ws, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpfsOptions(s.Disk, 0o755)); err != nil {
+			return nil, fmt.Errorf("workspace: %w", err)
+		}
+	} else if f := idmapped["workspace"]; f != nil {
 		if err := moveMount(f, ws); err != nil {
 			return nil, fmt.Errorf("workspace %s: %w", s.Workspace, err)
 		}
@@ -75,7 +79,7 @@ func buildRoot(s *setup, idmapped map[string]*os.File, step func(string)) ([]str
 	}
 	step("mounts.protect")
 
-	if err := mount("tmpfs", filepath.Join(newRoot, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=1777", s.Tmp)); err != nil {
+	if err := mount("tmpfs", filepath.Join(newRoot, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpfsOptions(s.Tmp, 0o1777)); err != nil {
 		return placeholders, err
 	}
 	for i, m := range s.Mounts {

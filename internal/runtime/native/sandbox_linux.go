@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/agent"
 	"github.com/airlock-dev/airlock/internal/cgroup"
+	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime"
 )
 
@@ -35,6 +36,9 @@ type sandbox struct {
 	exited        chan struct{} // closed when the init has exited
 	swept         chan struct{} // closed when the sweep Create started is done
 	conn          *agent.Conn
+
+	// volume is the fresh workspace on host storage (Runtime.Volumes).
+	volume *quota.Volume
 
 	listen    []string       // Spec.Listen, recorded for a later Adopt
 	listeners []net.Listener // Spec.Listen's sockets, served by the caller
@@ -245,6 +249,11 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 		}
 		sb.closeListeners()
 		removePlaceholders(sb.workspace, sb.placeholders)
+		if sb.volume != nil {
+			if err := sb.volume.Remove(); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if err := os.RemoveAll(sb.stateDir); err != nil {
 			errs = append(errs, err)
 		}
@@ -353,7 +362,7 @@ func (sb *sandbox) stopReaper() {
 // state is what state.json records about a running sandbox.
 func (sb *sandbox) state() *stateFile {
 	return &stateFile{
-		Workspace: sb.workspace, Placeholders: sb.placeholders, Cgroups: sb.info.CgroupPaths,
+		Workspace: sb.workspace, Volume: sb.volume, Placeholders: sb.placeholders, Cgroups: sb.info.CgroupPaths,
 		Detached: sb.detached, Init: sb.initPid, InitStart: procStart(sb.initPid),
 		HostUID: sb.info.HostUID, Rootless: sb.info.Rootless, LandlockABI: sb.info.LandlockABI, TempWS: sb.tempWorkspace,
 		Listen: sb.listen,

@@ -91,14 +91,15 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	}
 	dir := filepath.Join(r.stateRoot(), id)
 	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
-	if err != nil {
-		if os.IsNotExist(err) {
-			return os.RemoveAll(dir)
-		}
+	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
 	var st stateFile
-	if err := json.Unmarshal(b, &st); err != nil {
+	if err != nil || json.Unmarshal(b, &st) != nil {
+		if r.Volumes != nil {
+			// Its volume, if it got one before its state was lost.
+			r.Volumes.Remove(id)
+		}
 		return os.RemoveAll(dir)
 	}
 	if st.Init > 0 && procStart(st.Init) == st.InitStart {

@@ -26,6 +26,10 @@ type setup struct {
 	Mounts []bindMount `json:"mounts,omitempty"`
 	Deny   []string    `json:"deny,omitempty"`
 
+	// WorkspaceTmpfs: the workspace is a fresh tmpfs of Disk bytes that
+	// the init mounts (no host directory).
+	WorkspaceTmpfs bool `json:"workspace_tmpfs,omitempty"`
+
 	Hostname string `json:"hostname"`
 	Disk     int64  `json:"disk"`
 	Tmp      int64  `json:"tmp"`
@@ -60,6 +64,7 @@ type bindMount struct {
 const (
 	layerNamespaces = "namespaces"
 	layerFilesystem = "filesystem"
+	layerDisk       = "disk quota"
 	layerCgroups    = "cgroups"
 	layerRlimits    = "rlimits"
 	layerCaps       = "capabilities"

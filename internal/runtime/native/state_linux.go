@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/internal/cgroup"
+	"github.com/airlock-dev/airlock/internal/quota"
 )
 
 // stateFile records, in a sandbox's state directory, what a later airlock
@@ -22,6 +23,8 @@ type stateFile struct {
 	Workspace    string   `json:"workspace"`
 	Placeholders []string `json:"placeholders,omitempty"`
 	Cgroups      []string `json:"cgroups,omitempty"`
+	// Volume is the fresh workspace's volume on host storage.
+	Volume *quota.Volume `json:"volume,omitempty"`
 
 	// A detached sandbox outlives its owner: it is alive as long as its
 	// init is, and a new supervisor may adopt it (Runtime.Adopt).
@@ -73,8 +76,9 @@ func procStart(pid int) string {
 
 // sweep removes the state of sandboxes whose supervisor is gone. A
 // directory without a state file is removed once it is old enough that no
-// sandbox can still be starting in it.
-func sweep(root string) {
+// sandbox can still be starting in it. Then the volumes (vs, if any) of
+// sandboxes without a state directory are removed.
+func sweep(root string, vs *quota.Volumes) {
 	if !sweepMu.TryLock() {
 		return
 	}
@@ -111,13 +115,24 @@ func sweep(root string) {
 		}
 		cleanupState(dir, &st)
 	}
+	if vs != nil {
+		// A sandbox's state directory exists before its volume and goes
+		// after it.
+		vs.Sweep(func(name string) bool {
+			_, err := os.Lstat(filepath.Join(root, name))
+			return !os.IsNotExist(err)
+		})
+	}
 }
 
 // cleanupState removes what a sandbox whose supervisor died left on the
-// host: its placeholders in the workspace, its cgroup directories (its
-// processes died with its init) and its state directory.
+// host: its placeholders in the workspace, its volume, its cgroup
+// directories (its processes died with its init) and its state directory.
 func cleanupState(dir string, st *stateFile) {
 	removePlaceholders(st.Workspace, st.Placeholders)
+	if st.Volume != nil {
+		st.Volume.Remove()
+	}
 	for _, cg := range st.Cgroups {
 		if !strings.HasPrefix(cg, "/sys/fs/cgroup/") || strings.Contains(cg, "..") {
 			continue
