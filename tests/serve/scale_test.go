@@ -163,8 +163,8 @@ func TestAdmission(t *testing.T) {
 }
 
 // TestLeak500 runs 500 create+exec+destroy cycles and checks that the
-// host is as before: state directories, cgroups, mounts, the daemon's
-// descriptors and threads of processes.
+// host is as before: state directories, workspace volumes, cgroups,
+// mounts, the daemon's descriptors and threads of processes.
 func TestLeak500(t *testing.T) {
 	d := startDaemon(t, "")
 	ctx := ctxT(t)
@@ -203,6 +203,10 @@ func TestLeak500(t *testing.T) {
 	}
 	if left := d.stateEntries(); len(left) != 0 {
 		t.Fatalf("%d state directories left", len(left))
+	}
+	// Workspace volumes (disk_quota) on the data disk: only the lock.
+	if vols, _ := os.ReadDir(filepath.Join(d.dir, "data", "volumes")); len(vols) > 1 {
+		t.Fatalf("%d entries left in the volume directory, e.g. %s", len(vols), vols[0].Name())
 	}
 	// Descriptors may lag while goroutines wind down; allow a small slack
 	// for the HTTP client's idle connections.
