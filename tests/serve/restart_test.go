@@ -90,6 +90,9 @@ func testRestart(t *testing.T, sig syscall.Signal) {
 			t.Fatal("the failed sandbox's state is still on the host")
 		}
 	}
+	if _, err := os.Lstat(filepath.Join(d.dir, "data", "volumes", strings.TrimPrefix(doomed.ID, "sb-")+".img")); !os.IsNotExist(err) {
+		t.Fatalf("the failed sandbox's workspace volume is still on the host (%v)", err)
+	}
 	// The process that ended while no daemon ran: its status is known.
 	p, err := d.c.WaitProcess(ctx, a.ID, short.ID, 10*time.Second)
 	if err != nil || p.ExitCode == nil || *p.ExitCode != 4 {
