@@ -154,19 +154,27 @@ func TestR3Memory(t *testing.T) {
 	}
 }
 
-// R4, R5: /dev/shm, /tmp and the writable root layer are size-capped.
+// R4, R5: /dev/shm, /tmp, the writable root layer and the fresh workspace
+// are size-capped, also rootless; df shows each one's own cap.
 func TestR4R5Disk(t *testing.T) {
 	need(t)
 	for _, c := range []struct {
 		name, flag, size, path string
+		nobody                 bool
 	}{
-		{"shm", "--shm", "8MiB", "/dev/shm/f"},
-		{"tmp", "--tmp", "8MiB", "/tmp/f"},
-		{"root-layer", "--disk", "16MiB", "/root/f"},
-		{"usr-layer", "--disk", "16MiB", "/usr/local/airlock-e2e-fill"},
+		{"shm", "--shm", "8MiB", "/dev/shm/f", false},
+		{"tmp", "--tmp", "8MiB", "/tmp/f", false},
+		{"root-layer", "--disk", "16MiB", "/root/f", false},
+		{"usr-layer", "--disk", "16MiB", "/usr/local/airlock-e2e-fill", false},
+		{"workspace", "--disk", "16MiB", "/workspace/f", false},
+		{"workspace-rootless", "--disk", "16MiB", "/workspace/f", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := sh(t, opts{}, []string{c.flag, c.size}, `dd if=/dev/zero of=`+c.path+` bs=1M count=64 2>&1; echo rc=$?; echo size=$(stat -c %s `+c.path+`)`)
+			o := opts{}
+			if c.nobody {
+				o = nobody(t)
+			}
+			r := sh(t, o, []string{c.flag, c.size}, `dd if=/dev/zero of=`+c.path+` bs=1M count=64 2>&1; echo rc=$?; echo size=$(stat -c %s `+c.path+`); echo fs=$(( $(stat -f -c '%b * %S' $(dirname `+c.path+`)) ))`)
 			m := kv(r.stdout)
 			if m["rc"] == "0" || !strings.Contains(r.stdout, "No space left on device") {
 				t.Errorf("64 MiB into %s under %s %s: want ENOSPC\n%s", c.path, c.flag, c.size, r)
@@ -176,7 +184,14 @@ func TestR4R5Disk(t *testing.T) {
 			if size >= 17<<20 {
 				t.Errorf("%s grew to %d bytes", c.path, size)
 			}
-			r = sh(t, opts{}, []string{c.flag, c.size}, `dd if=/dev/zero of=`+c.path+` bs=1M count=4 2>/dev/null; echo rc=$?`)
+			want := int64(16 << 20)
+			if c.size == "8MiB" {
+				want = 8 << 20
+			}
+			if fs := m["fs"]; fs != fmt.Sprint(want) {
+				t.Errorf("statfs of %s's directory: %s bytes, want its own cap %d", c.path, fs, want)
+			}
+			r = sh(t, o, []string{c.flag, c.size}, `dd if=/dev/zero of=`+c.path+` bs=1M count=4 2>/dev/null; echo rc=$?`)
 			expect(t, kv(r.stdout), "rc", "0")
 		})
 	}
