@@ -73,7 +73,7 @@ environment is passed unless asked for.`,
 	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads of the command (default 1024; airlock's agent comes on top)")
 	fl.Float64Var(&f.cpu, "cpu", 0, "CPU cores (e.g. 1.5; default no cap)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "wall-clock limit; the whole sandbox is killed when it expires (exit 124)")
-	fl.StringVar(&f.disk, "disk", "", "size of the writable copy-on-write layer (default 1GiB)")
+	fl.StringVar(&f.disk, "disk", "", "cap on the writable copy-on-write layer and on the fresh workspace (default 1GiB)")
 	fl.StringVar(&f.tmp, "tmp", "", "size of /tmp (default 512MiB)")
 	fl.StringVar(&f.shm, "shm", "", "size of /dev/shm (default 64MiB)")
 	fl.StringVar(&f.fsize, "fsize", "", "largest file a process may write (RLIMIT_FSIZE)")

@@ -77,7 +77,7 @@ type Protect struct {
 type Resources struct {
 	Memory   int64 // bytes, cgroup memory.max
 	Swap     int64 // bytes of swap on top of Memory, cgroup memory.swap.max
-	Disk     int64 // bytes, cap on the writable copy-on-write layer
+	Disk     int64 // bytes, cap on the writable copy-on-write layer and on a fresh workspace
 	Tmp      int64 // bytes, size of /tmp
 	Shm      int64 // bytes, size of /dev/shm
 	FileSize int64 // bytes, RLIMIT_FSIZE

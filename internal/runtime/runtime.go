@@ -194,7 +194,7 @@ type Limits struct {
 	Memory, Swap int64
 	Pids         int64
 	CPU          float64
-	Disk         int64 // writable copy-on-write layer
+	Disk         int64 // writable copy-on-write layer, and a fresh workspace
 	Tmp, Shm     int64
 	NoFile       uint64
 	FileSize     int64
