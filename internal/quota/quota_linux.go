@@ -189,7 +189,7 @@ func (vs *Volumes) allocate(v *Volume, checkReserve bool) (*os.File, error) {
 			return nil, err
 		}
 		if free-promised-v.Size < vs.reserve {
-			return nil, fmt.Errorf("disk: a %s volume does not fit in %s: %s free, %s promised to %d live volumes, %s kept in reserve (lower the sandbox's disk size, remove sandboxes, or free space there): %w",
+			return nil, fmt.Errorf("a %s volume does not fit in %s: %s free, %s promised to %d live volumes, %s kept in reserve (lower the sandbox's disk size, remove sandboxes, or free space there): %w",
 				Human(v.Size), vs.dir, Human(free), Human(promised), n, Human(vs.reserve), errdefs.ErrExhausted)
 		}
 	}
