@@ -69,6 +69,26 @@ func TestDiskQuota(t *testing.T) {
 	}
 }
 
+// With disk_quota: tmpfs (what auto falls back to on a host without loop
+// volumes) the workspace is a tmpfs of the disk size inside the sandbox:
+// capped the same, nothing on the data disk.
+func TestDiskQuotaTmpfs(t *testing.T) {
+	d := startDaemon(t, "disk_quota: tmpfs")
+	sb := d.create(t, &api.CreateSandboxRequest{Resources: api.Resources{Disk: "16M"}})
+	res, err := d.c.Exec(ctxT(t), sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c",
+		`dd if=/dev/zero of=/workspace/f bs=1M count=64 2>&1; echo fs=$(( $(stat -f -c '%b * %S' /workspace) ))`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := string(res.Stdout); !strings.Contains(out, "No space left on device") || !strings.Contains(out, "fs=16777216\n") {
+		t.Errorf("64 MiB into /workspace under disk 16M (tmpfs): want ENOSPC and df showing 16 MiB\n%s", out)
+	}
+	d.sh(t, sb.ID, "rm /workspace/f && dd if=/dev/zero of=/workspace/g bs=1M count=4 2>/dev/null")
+	if _, err := os.Stat(filepath.Join(d.dir, "data", "volumes")); !os.IsNotExist(err) {
+		t.Errorf("disk_quota: tmpfs made a volume directory (%v)", err)
+	}
+}
+
 // A sandbox whose disk cap does not fit beside the reserve (disk_reserve)
 // is refused with 429 and a message saying why; the default reserve lets
 // the same request through (the control).
