@@ -111,13 +111,20 @@ func TestDiskReserve(t *testing.T) {
 	}
 }
 
-// A disk_quota the daemon cannot honour stops it at start, naming the key.
+// A disk_quota the daemon cannot honour stops it at start, naming the key
+// and why (fail closed: loop volumes asked for and not possible).
 func TestDiskQuotaConfig(t *testing.T) {
 	need(t)
 	dir := t.TempDir()
+	// A volume directory others could write to: loop volumes refuse it.
+	if err := os.MkdirAll(filepath.Join(dir, "data", "volumes"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Join(dir, "data", "volumes"), 0o777)
 	for _, c := range []struct{ conf, want string }{
 		{"disk_quota: zfs", "want auto, loop or tmpfs"},
 		{"disk_reserve: lots", "disk_reserve: invalid size"},
+		{"disk_quota: loop", "disk_quota: disk quota in " + filepath.Join(dir, "data", "volumes")},
 	} {
 		cfg := filepath.Join(dir, "c.yaml")
 		conf := "socket: " + filepath.Join(dir, "s.sock") + "\ndata_dir: " + filepath.Join(dir, "data") + "\nstate_dir: " + filepath.Join(dir, "state") + "\n" + c.conf + "\n"
