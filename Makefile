@@ -4,8 +4,17 @@ GO ?= go
 
 .PHONY: build test unit e2e bench bench-serve bench-egress serve fmt vet lint clean
 
+# airlock embeds the sandbox init (cmd/airlock-init, internal/initbin): a
+# small program that links only the sandbox code, started as every sandbox's
+# PID 1. Both get one random build id, so an airlock never starts another
+# build's init. A plain `go build ./cmd/airlock` works too (no embedded init:
+# it re-executes itself, slower).
+BUILD_ID := $(shell od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+LDFLAGS := -X github.com/airlock-dev/airlock/internal/initbin.BuildID=$(BUILD_ID)
+
 build:
-	$(GO) build -trimpath -o bin/airlock ./cmd/airlock
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o internal/initbin/airlock-init ./cmd/airlock-init
+	$(GO) build -trimpath -tags airlock_init -ldflags '$(LDFLAGS)' -o bin/airlock ./cmd/airlock
 
 # The test command README.md and .ci/run use: vet, unit tests, then the
 # end-to-end probes against the real binary (as root they also re-run as the

@@ -90,6 +90,7 @@ import (
 
 const (
 	target     = 1.5              // airlock median / bwrap median
+	cpuTarget  = 3.0              // airlock CPU median / bwrap CPU median
 	minRuns    = 50               // fewer runs are allowed, with a warning
 	runTimeout = 60 * time.Second // a run taking longer is killed and fails
 	maxStderr  = 4000             // bytes of a failed run's stderr shown
@@ -117,6 +118,7 @@ type config struct {
 	attribution bool
 
 	samples []float64
+	cpu     []float64 // user+sys ms of each counted run
 	failed  int
 	dropped bool // the warm-up failed: not run further
 }
@@ -136,6 +138,10 @@ type rowResult struct {
 	summary
 	Failed       int      `json:"failed"`
 	RatioToBwrap *float64 `json:"ratio_to_bwrap_median,omitempty"`
+	// CPU is user+sys time of the command and of every process it waited
+	// for (wait4's rusage), in ms.
+	CPU             summary  `json:"cpu"`
+	CPURatioToBwrap *float64 `json:"cpu_ratio_to_bwrap_median,omitempty"`
 }
 
 type stepResult struct {
@@ -159,6 +165,7 @@ type report struct {
 	BwrapVersion string       `json:"bwrap_version,omitempty"`
 	Rows         []rowResult  `json:"rows"`
 	Ratio        *float64     `json:"airlock_over_bwrap_median"`
+	CPURatio     *float64     `json:"airlock_over_bwrap_cpu_median"`
 	Target       float64      `json:"target"`
 	Steps        []stepResult `json:"steps"`
 	Skipped      []skipped    `json:"skipped,omitempty"`
@@ -274,14 +281,16 @@ func run(n int, airlockPath, bwrapPath string, asJSON bool) int {
 				continue
 			}
 			c.samples = append(c.samples, ms)
+			c.cpu = append(c.cpu, r.lastCPU)
 		}
 		progress(i+1, n)
 	}
 
-	var bwrapMedian float64
+	var bwrapMedian, bwrapCPU float64
 	for _, c := range configs {
 		if c.key == "bwrap" && len(c.samples) > 0 {
 			bwrapMedian = median(sorted(c.samples))
+			bwrapCPU = median(sorted(c.cpu))
 		}
 	}
 	rep.bwrapMedian = bwrapMedian
@@ -289,13 +298,18 @@ func run(n int, airlockPath, bwrapPath string, asJSON bool) int {
 		if c.dropped {
 			continue
 		}
-		row := rowResult{Key: c.key, Name: c.name, Argv: c.argv, Attribution: c.attribution, summary: summarize(c.samples), Failed: c.failed}
+		row := rowResult{Key: c.key, Name: c.name, Argv: c.argv, Attribution: c.attribution, summary: summarize(c.samples), Failed: c.failed, CPU: summarize(c.cpu)}
 		if bwrapMedian > 0 && row.N > 0 {
 			ratio := row.Median / bwrapMedian
 			row.RatioToBwrap = &ratio
 		}
+		if bwrapCPU > 0 && row.N > 0 {
+			ratio := row.CPU.Median / bwrapCPU
+			row.CPURatioToBwrap = &ratio
+		}
 		if c.key == "airlock" {
 			rep.Ratio = row.RatioToBwrap
+			rep.CPURatio = row.CPURatioToBwrap
 		}
 		rep.Rows = append(rep.Rows, row)
 	}
@@ -421,7 +435,8 @@ func (r *runner) warmUp(rep *report, key, name string, argv []string) error {
 // and no copying goroutine in the measured path), stdin and stdout are
 // /dev/null.
 type runner struct {
-	errf *os.File
+	errf    *os.File
+	lastCPU float64 // user+sys ms of the last run and what it waited for
 }
 
 // run runs argv once and returns its wall time in ms from just before the
@@ -444,6 +459,10 @@ func (r *runner) run(argv []string) (float64, string, error) {
 		err = cmd.Wait()
 	}
 	d := time.Since(t0)
+	r.lastCPU = 0
+	if cmd.ProcessState != nil {
+		r.lastCPU = float64(cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime()) / 1e6
+	}
 	stderr := r.stderr()
 	if ctx.Err() != nil {
 		err = fmt.Errorf("timed out after %s: %v", runTimeout, err)
@@ -538,7 +557,23 @@ func printText(w io.Writer, rep *report) {
 			fmt.Fprintf(&b, "%s: %d failed run(s), not counted\n", r.Name, r.Failed)
 		}
 	}
-	b.WriteString("(attribution) rows are weaker configurations, measured only to show what those layers cost.\n\n")
+	b.WriteString("(attribution) rows are weaker configurations, measured only to show what those layers cost.\n")
+	b.WriteString("\nCPU time (user+sys of the command and of every process it waited for):\n\n")
+	fmt.Fprintf(&b, "%-*s  %9s  %9s  %8s\n", nw, "name", "median", "p95", "vs bwrap")
+	for _, r := range rep.Rows {
+		if r.N == 0 {
+			continue
+		}
+		ratio := "-"
+		if r.CPURatioToBwrap != nil {
+			ratio = fmt.Sprintf("%.2fx", *r.CPURatioToBwrap)
+		}
+		fmt.Fprintf(&b, "%-*s  %9s  %9s  %8s\n", nw, r.Name, ms(r.CPU.Median), ms(r.CPU.P95), ratio)
+	}
+	b.WriteString("\n")
+	if rep.CPURatio != nil {
+		fmt.Fprintf(&b, "airlock CPU median / bwrap CPU median = %.2f (target <= %.1f)\n", *rep.CPURatio, cpuTarget)
+	}
 	if rep.Ratio != nil {
 		fmt.Fprintf(&b, "airlock median / bwrap median = %.2f (target <= %.1f)\n", *rep.Ratio, rep.Target)
 	} else {

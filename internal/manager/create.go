@@ -29,7 +29,7 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (_ 
 	source := "cold"
 	defer func() {
 		if err == nil {
-			m.met.createSeconds.WithLabelValues(source).Observe(time.Since(start).Seconds())
+			m.met.createSeconds.With(source).Observe(time.Since(start).Seconds())
 		}
 	}()
 	ttl, idle, err := m.checkCreate(req)
@@ -126,7 +126,7 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 	defer func() {
 		if err != nil {
 			m.adm.release()
-			m.met.errors.WithLabelValues("create").Inc()
+			m.met.errors.With("create").Inc()
 		}
 	}()
 	spec, err := m.specs.get(p, rec, sandbox.Opts{Insecure: m.cfg.Insecure, CgroupParent: m.cfg.CgroupParent})

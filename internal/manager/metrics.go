@@ -1,19 +1,16 @@
 package manager
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-)
+import "github.com/airlock-dev/airlock/internal/metrics"
 
 // Metrics are the daemon's Prometheus metrics.
 type Metrics struct {
-	Registry      *prometheus.Registry
-	createSeconds *prometheus.HistogramVec
-	execSeconds   prometheus.Histogram
-	poolReady     *prometheus.GaugeVec
-	queueDepth    prometheus.Gauge
-	errors        *prometheus.CounterVec
-	auditDropped  prometheus.Counter
+	Registry      *metrics.Registry
+	createSeconds metrics.HistogramVec
+	execSeconds   *metrics.Histogram
+	poolReady     metrics.ValueVec
+	queueDepth    *metrics.Value
+	errors        metrics.ValueVec
+	auditDropped  *metrics.Value
 }
 
 // latencyBuckets span 0.5 ms to 30 s.
@@ -21,52 +18,31 @@ var latencyBuckets = []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .
 
 // NewMetrics makes the metrics in a registry of their own.
 func NewMetrics() *Metrics {
-	m := &Metrics{
-		Registry: prometheus.NewRegistry(),
-		createSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "airlock_sandbox_create_seconds", Help: "Time to create a sandbox for a caller, by source (pool or cold).",
-			Buckets: latencyBuckets,
-		}, []string{"source"}),
-		execSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "airlock_exec_seconds", Help: "Duration of run-and-wait exec requests.", Buckets: latencyBuckets,
-		}),
-		poolReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "airlock_pool_ready", Help: "Ready members of each warm pool.",
-		}, []string{"image", "policy"}),
-		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "airlock_admission_queue_depth", Help: "Creations waiting for room.",
-		}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "airlock_errors_total", Help: "Errors, by kind (API error codes, create, exec).",
-		}, []string{"kind"}),
-		auditDropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "airlock_egress_audit_dropped_total",
-			Help: "Egress audit records not stored: the writer's buffer was full or the store failed (the daemon's log still has them).",
-		}),
+	r := metrics.NewRegistry()
+	return &Metrics{
+		Registry: r,
+		createSeconds: r.Histogram("airlock_sandbox_create_seconds",
+			"Time to create a sandbox for a caller, by source (pool or cold).", latencyBuckets, "source"),
+		execSeconds: r.Histogram("airlock_exec_seconds", "Duration of run-and-wait exec requests.", latencyBuckets).With(),
+		poolReady:   r.Gauge("airlock_pool_ready", "Ready members of each warm pool.", "image", "policy"),
+		queueDepth:  r.Gauge("airlock_admission_queue_depth", "Creations waiting for room.").With(),
+		errors:      r.Counter("airlock_errors_total", "Errors, by kind (API error codes, create, exec).", "kind"),
+		auditDropped: r.Counter("airlock_egress_audit_dropped_total",
+			"Egress audit records not stored: the writer's buffer was full or the store failed (the daemon's log still has them).").With(),
 	}
-	m.Registry.MustRegister(m.createSeconds, m.execSeconds, m.poolReady, m.queueDepth, m.errors, m.auditDropped,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
 }
 
 // Error counts an error of kind.
-func (m *Metrics) Error(kind string) { m.errors.WithLabelValues(kind).Inc() }
+func (m *Metrics) Error(kind string) { m.errors.With(kind).Inc() }
 
 // bind adds the gauges that read the manager's state.
 func (m *Metrics) bind(mg *Manager) {
-	m.Registry.MustRegister(&stateCollector{mg: mg, desc: prometheus.NewDesc(
-		"airlock_sandboxes", "Sandboxes by state (pooled: warm pool members not yet handed out).", []string{"state"}, nil)})
-}
-
-type stateCollector struct {
-	mg   *Manager
-	desc *prometheus.Desc
-}
-
-func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	for state, n := range c.mg.CountByState() {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), state)
-	}
+	m.Registry.GaugeFunc("airlock_sandboxes", "Sandboxes by state (pooled: warm pool members not yet handed out).", "state",
+		func() map[string]float64 {
+			out := map[string]float64{}
+			for state, n := range mg.CountByState() {
+				out[state] = float64(n)
+			}
+			return out
+		})
 }

@@ -50,7 +50,7 @@ func (m *Manager) takePooled(key string) *Sandbox {
 		}
 		sb := pl.ready[len(pl.ready)-1]
 		pl.ready = pl.ready[:len(pl.ready)-1]
-		m.met.poolReady.WithLabelValues(pl.image, pl.policy).Set(float64(len(pl.ready)))
+		m.met.poolReady.With(pl.image, pl.policy).Set(float64(len(pl.ready)))
 		pl.mu.Unlock()
 		sb.mu.Lock()
 		ok := !sb.ending && sb.rt != nil && sb.rec.State == api.StateRunning
@@ -113,7 +113,7 @@ func (m *Manager) fill(pl *pool) {
 			if err == nil {
 				pl.ready = append(pl.ready, sb)
 			}
-			m.met.poolReady.WithLabelValues(pl.image, pl.policy).Set(float64(len(pl.ready)))
+			m.met.poolReady.With(pl.image, pl.policy).Set(float64(len(pl.ready)))
 			pl.mu.Unlock()
 			if err != nil {
 				m.log.Error("warm pool: create", "image", pl.image, "policy", pl.policy, "err", err)

@@ -197,7 +197,7 @@ func (m *Manager) start(ctx context.Context, id string, req *api.ExecRequest, tt
 	rreq.Rows, rreq.Cols = rows, cols
 	rp, err := rt.Exec(ctx, rreq)
 	if err != nil {
-		m.met.errors.WithLabelValues("exec").Inc()
+		m.met.errors.With("exec").Inc()
 		return nil, execError(id, req.Argv[0], err)
 	}
 	aid := uint64(0)

@@ -14,14 +14,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlock-dev/airlock/internal/metrics"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/errdefs"
@@ -332,8 +331,8 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) error {
-	promhttp.HandlerFor(s.met.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
-	return nil
+	w.Header().Set("Content-Type", metrics.ContentType)
+	return s.met.Registry.Write(w)
 }
 
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) error {

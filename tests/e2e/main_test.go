@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/airlock-dev/airlock/internal/buildtest"
 	"io"
 	"os"
 	"os/exec"
@@ -51,13 +52,7 @@ func testMain(m *testing.M) int {
 		fmt.Println("e2e: skipping all tests:", reason)
 		return m.Run()
 	}
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	gomod := strings.TrimSpace(string(out))
-	if err != nil || gomod == "" || gomod == os.DevNull {
-		fmt.Fprintln(os.Stderr, "e2e: cannot find the module root:", err)
-		return 1
-	}
-	root := filepath.Dir(gomod)
+	var err error
 	binDir, err = os.MkdirTemp("", "airlock-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -81,11 +76,8 @@ func testMain(m *testing.M) int {
 			return 1
 		}
 	} else {
-		build := exec.Command("go", "build", "-o", airlockBin, "./cmd/airlock")
-		build.Dir = root
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "e2e: build failed: %v\n%s", err, out)
+		if err := buildtest.Airlock(airlockBin); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: build failed: %v\n", err)
 			return 1
 		}
 	}

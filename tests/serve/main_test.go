@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlock-dev/airlock/internal/buildtest"
 	"io"
 	"net"
 	"net/http"
@@ -60,10 +61,8 @@ func testMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	os.Chmod(dir, 0o755)
 	airlockBin = filepath.Join(dir, "airlock")
-	cmd := exec.Command("go", "build", "-o", airlockBin, "github.com/airlock-dev/airlock/cmd/airlock")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "serve: build: %v\n%s", err, out)
+	if err := buildtest.Airlock(airlockBin); err != nil {
+		fmt.Fprintf(os.Stderr, "serve: build: %v\n", err)
 		return 1
 	}
 	return m.Run()

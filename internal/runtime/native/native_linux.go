@@ -57,8 +57,9 @@ const setupTimeout = 30 * time.Second
 
 // Runtime is the native runtime.
 type Runtime struct {
-	// Exe is the airlock binary to re-execute as the sandbox's init.
-	// Empty: /proc/self/exe.
+	// Exe is the program to execute as the sandbox's init (the airlock
+	// binary or airlock-init). Empty: the init embedded in this binary,
+	// else /proc/self/exe (see initProgram).
 	Exe string
 	// StateRoot holds one directory per sandbox. Empty: /run/airlock as
 	// root, else $XDG_RUNTIME_DIR/airlock or /tmp/airlock-<uid>.
@@ -231,11 +232,9 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, err
 	}
 	cu.add(func() { parentEnd.Close() })
-	exe := r.Exe
-	if exe == "" {
-		exe = "/proc/self/exe"
-	}
+	exe, exeEnv := r.initProgram()
 	attr := initAttr(uid, gid, childEnd)
+	attr.Env = append(attr.Env, exeEnv...)
 	if r.Detached {
 		attr.Sys.Pdeathsig = 0
 	}
@@ -331,7 +330,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		}
 	}
 	if r.Reaper && !r.Detached {
-		sb.startReaperLater(exe, reaperDelay)
+		sb.startReaperLater(exe, exeEnv, reaperDelay)
 	}
 	go sb.readLoop()
 	return sb, nil

@@ -6,9 +6,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/airlock-dev/airlock/internal/buildtest"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,10 +36,8 @@ func TestMain(m *testing.M) {
 		defer os.RemoveAll(dir)
 		os.Chmod(dir, 0o755)
 		airlockBin = filepath.Join(dir, "airlock")
-		cmd := exec.Command("go", "build", "-o", airlockBin, "github.com/airlock-dev/airlock/cmd/airlock")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build airlock: %v\n%s", err, out)
+		if err := buildtest.Airlock(airlockBin); err != nil {
+			fmt.Fprintf(os.Stderr, "build airlock: %v\n", err)
 			return 1
 		}
 		return m.Run()

@@ -328,7 +328,7 @@ func (p *process) Wait(ctx context.Context) (runtime.ExitStatus, error) {
 
 // startReaperLater starts the reaper after delay unless the sandbox is
 // destroyed first.
-func (sb *sandbox) startReaperLater(exe string, delay time.Duration) {
+func (sb *sandbox) startReaperLater(exe string, env []string, delay time.Duration) {
 	sb.reaperMu.Lock()
 	defer sb.reaperMu.Unlock()
 	sb.reaperTimer = time.AfterFunc(delay, func() {
@@ -337,7 +337,7 @@ func (sb *sandbox) startReaperLater(exe string, delay time.Duration) {
 		if sb.destroyed {
 			return
 		}
-		if w, err := startReaper(exe, sb.stateDir); err == nil {
+		if w, err := startReaper(exe, env, sb.stateDir); err == nil {
 			sb.reaper = w
 		}
 		// Without a reaper, the next airlock's sweep is the fallback.

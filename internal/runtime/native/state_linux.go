@@ -181,7 +181,7 @@ func ReapMain() {
 
 // startReaper starts the reaper for dir and returns the pipe end whose
 // closing (by Destroy, or by the kernel when the supervisor dies) wakes it.
-func startReaper(exe, dir string) (*os.File, error) {
+func startReaper(exe string, env []string, dir string) (*os.File, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -194,7 +194,7 @@ func startReaper(exe, dir string) (*os.File, error) {
 	}
 	defer null.Close()
 	p, err := os.StartProcess(exe, []string{"airlock", ReapArg, dir}, &os.ProcAttr{
-		Env:   []string{},
+		Env:   append([]string{}, env...),
 		Files: []*os.File{null, null, null, r},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	})

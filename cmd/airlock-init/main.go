@@ -1,0 +1,42 @@
+// Command airlock-init is the program a sandbox's PID 1 runs: the sandbox's
+// init and agent, and the reaper that cleans up after a killed supervisor.
+// It links only the sandbox code (internal/runtime/native and the agent), so
+// starting it costs a fraction of the airlock binary, whose daemon
+// dependencies (SQLite, metrics, HTTP) would otherwise initialise inside every
+// sandbox. `make build` compiles it first and embeds it into airlock
+// (internal/initbin); it is never installed on its own.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/initbin"
+	"github.com/airlock-dev/airlock/internal/runtime/native"
+)
+
+func main() {
+	// Like airlock's own main: nothing inherited reaches a sandbox. fd 3 of
+	// the init and of the reaper is theirs; they handle it.
+	unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if got := os.Getenv(initbin.BuildEnv); got != initbin.BuildID {
+		// Started by an airlock built with another init: their protocol
+		// may differ. Refuse rather than guess.
+		fmt.Fprintf(os.Stderr, "airlock-init: built as %q, started by airlock %q: rebuild both with 'make build'\n", initbin.BuildID, got)
+		os.Exit(120)
+	}
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case native.InitArg:
+			native.InitMain()
+			return
+		case native.ReapArg:
+			native.ReapMain()
+			return
+		}
+	}
+	fmt.Fprintln(os.Stderr, "airlock-init: an internal program of airlock, started by airlock itself")
+	os.Exit(2)
+}

@@ -1,0 +1,5 @@
+//go:build !airlock_init
+
+package initbin
+
+var bin []byte
