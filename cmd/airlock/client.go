@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/errdefs"
 )
 
 // exitAPI is the status of a command the daemon refused or could not serve.
@@ -46,8 +47,18 @@ func apiFail(cmd *cobra.Command, c *client.Client, what string, err error) error
 	if what != "" {
 		msg = what + ": " + msg
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %s\n", msg)
+	fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %s\n", errdefs.Clip(msg))
 	return exitError{exitAPI}
+}
+
+// arg returns a command-line argument for an error line: as given when it
+// is short, quoted and cut to its start (errdefs.Quote) when it is longer
+// than errdefs.MaxEcho bytes.
+func arg(s string) string {
+	if len(s) <= errdefs.MaxEcho {
+		return s
+	}
+	return errdefs.Quote(s)
 }
 
 // describe turns an error of the client into a message for people.
@@ -86,7 +97,7 @@ func parsePairs(flag string, pairs []string) (map[string]string, error) {
 	for _, p := range pairs {
 		k, v, ok := strings.Cut(p, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("%s %q: want KEY=VALUE", flag, p)
+			return nil, fmt.Errorf("%s %s: want KEY=VALUE", flag, errdefs.Quote(p))
 		}
 		m[k] = v
 	}
@@ -103,7 +114,7 @@ func parseEnv(pairs []string) (map[string]string, error) {
 	for _, p := range pairs {
 		k, v, ok := strings.Cut(p, "=")
 		if k == "" {
-			return nil, fmt.Errorf("--env %q: want KEY=VALUE or KEY", p)
+			return nil, fmt.Errorf("--env %s: want KEY=VALUE or KEY", errdefs.Quote(p))
 		}
 		if !ok {
 			if v, ok = os.LookupEnv(k); !ok {

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/errdefs"
 )
 
 func newCpCmd() *cobra.Command {
@@ -82,14 +83,14 @@ func parseCpArgs(src, dst string) (cpArg, cpArg, error) {
 	case s.remote && d.remote:
 		return s, d, errors.New("cp: both SRC and DST are in a sandbox; copy through this host (airlock cp ID:PATH - | airlock cp - ID2:DIR)")
 	case !s.remote && !d.remote:
-		return s, d, fmt.Errorf("cp: neither %q nor %q is in a sandbox: one must be ID:PATH (ID like sb-0123456789abcdef)", src, dst)
+		return s, d, fmt.Errorf("cp: neither %s nor %s is in a sandbox: one must be ID:PATH (ID like sb-0123456789abcdef)", errdefs.Quote(src), errdefs.Quote(dst))
 	}
 	r, l := s, d
 	if d.remote {
 		r, l = d, s
 	}
 	if r.path == "" {
-		return s, d, fmt.Errorf("cp: %q: no path after the sandbox id", r.id+":")
+		return s, d, fmt.Errorf("cp: %s: no path after the sandbox id", errdefs.Quote(r.id+":"))
 	}
 	if l.path == "" {
 		return s, d, errors.New("cp: empty local path")

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/errdefs"
 )
 
 type createFlags struct {
@@ -81,7 +82,7 @@ func createRequest(f *createFlags) (*api.CreateSandboxRequest, error) {
 	default:
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
-			return nil, fmt.Errorf(`--idle-timeout %q: want a positive duration (e.g. 10m) or "none"`, f.idleTimeout)
+			return nil, fmt.Errorf(`--idle-timeout %s: want a positive duration (e.g. 10m) or "none"`, errdefs.Quote(f.idleTimeout))
 		}
 		req.IdleTimeoutSeconds = d.Seconds()
 	}

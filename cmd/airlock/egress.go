@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/egress/gateway"
+	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
 )
@@ -73,10 +74,10 @@ func parseHosts(flags []string) (map[string][]netip.Addr, error) {
 	for _, h := range flags {
 		name, ip, ok := strings.Cut(h, ":")
 		if !ok {
-			return nil, fmt.Errorf("--add-host %q: want NAME:IP", h)
+			return nil, fmt.Errorf("--add-host %s: want NAME:IP", errdefs.Quote(h))
 		}
 		if err := egress.AddHost(hosts, name, ip); err != nil {
-			return nil, fmt.Errorf("--add-host %q: want NAME:IP", h)
+			return nil, fmt.Errorf("--add-host %s: want NAME:IP", errdefs.Quote(h))
 		}
 	}
 	return hosts, nil

@@ -111,7 +111,7 @@ func newKeysRevokeCmd() *cobra.Command {
 				return err
 			}
 			if err := c.RevokeKey(cmd.Context(), args[0]); err != nil {
-				return apiFail(cmd, c, "keys revoke "+args[0], err)
+				return apiFail(cmd, c, "keys revoke "+arg(args[0]), err)
 			}
 			return nil
 		},

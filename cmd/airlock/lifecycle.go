@@ -15,7 +15,7 @@ func newPauseCmd() *cobra.Command {
 				return err
 			}
 			if _, err := c.Pause(cmd.Context(), args[0]); err != nil {
-				return apiFail(cmd, c, "pause "+args[0], err)
+				return apiFail(cmd, c, "pause "+arg(args[0]), err)
 			}
 			return nil
 		},
@@ -35,7 +35,7 @@ func newResumeCmd() *cobra.Command {
 				return err
 			}
 			if _, err := c.Resume(cmd.Context(), args[0]); err != nil {
-				return apiFail(cmd, c, "resume "+args[0], err)
+				return apiFail(cmd, c, "resume "+arg(args[0]), err)
 			}
 			return nil
 		},
@@ -60,7 +60,7 @@ status is then 1.`,
 			var failed error
 			for _, id := range args {
 				if err := c.DeleteSandbox(cmd.Context(), id); err != nil {
-					failed = apiFail(cmd, c, "rm "+id, err)
+					failed = apiFail(cmd, c, "rm "+arg(id), err)
 					if isUnreachable(err) {
 						break
 					}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 )
 
@@ -53,7 +54,7 @@ func main() {
 		if errors.As(err, &ee) {
 			os.Exit(ee.code)
 		}
-		fmt.Fprintf(os.Stderr, "airlock: %v\n", err)
+		fmt.Fprintf(os.Stderr, "airlock: %s\n", errdefs.Clip(err.Error()))
 		os.Exit(2)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/errdefs"
 )
 
 func newNetCmd() *cobra.Command {
@@ -45,7 +46,7 @@ A sandbox created with network mode none can only stay in mode none.`,
 			if sub != "" {
 				for _, f := range []string{"follow", "denied", "dest", "since"} {
 					if fl.Changed(f) {
-						return fmt.Errorf("net %s: --%s is for listing the audit, not with %q", id, f, sub)
+						return fmt.Errorf("net %s: --%s is for listing the audit, not with %s", arg(id), f, errdefs.Quote(sub))
 					}
 				}
 			}
@@ -66,18 +67,18 @@ A sandbox created with network mode none can only stay in mode none.`,
 			switch sub {
 			case "", "policy":
 				if len(rest) > 0 {
-					return fmt.Errorf("net %s %s: unexpected arguments %q", id, sub, rest)
+					return fmt.Errorf("net %s %s: unexpected arguments %s", arg(id), sub, errdefs.Quote(strings.Join(rest, " ")))
 				}
 			case "allow", "deny":
 				if len(rest) == 0 {
-					return fmt.Errorf("net %s %s: name at least one HOST rule", id, sub)
+					return fmt.Errorf("net %s %s: name at least one HOST rule", arg(id), sub)
 				}
 			case "mode":
 				if len(rest) != 1 {
-					return fmt.Errorf("net %s mode: want one MODE: none, allowlist or open", id)
+					return fmt.Errorf("net %s mode: want one MODE: none, allowlist or open", arg(id))
 				}
 			default:
-				return fmt.Errorf("net %s: unknown subcommand %q (want policy, allow, deny or mode)", id, sub)
+				return fmt.Errorf("net %s: unknown subcommand %s (want policy, allow, deny or mode)", arg(id), errdefs.Quote(sub))
 			}
 			c, err := newClient(cmd)
 			if err != nil {
@@ -88,7 +89,7 @@ A sandbox created with network mode none can only stay in mode none.`,
 			}
 			np, err := c.NetworkPolicy(cmd.Context(), id)
 			if err != nil {
-				return apiFail(cmd, c, "net "+id, err)
+				return apiFail(cmd, c, "net "+arg(id), err)
 			}
 			if sub != "policy" {
 				switch sub {
@@ -100,7 +101,7 @@ A sandbox created with network mode none can only stay in mode none.`,
 					np.Mode = rest[0]
 				}
 				if np, err = c.SetNetworkPolicy(cmd.Context(), id, *np); err != nil {
-					return apiFail(cmd, c, "net "+id+" "+sub, err)
+					return apiFail(cmd, c, "net "+arg(id)+" "+sub, err)
 				}
 			}
 			return printPolicy(cmd.OutOrStdout(), np, asJSON)
@@ -125,7 +126,7 @@ func parseSince(v string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 		return t, nil
 	}
-	return time.Time{}, fmt.Errorf("--since %q: want a duration (10m, 1h30m) or an RFC 3339 time (2006-01-02T15:04:05Z)", v)
+	return time.Time{}, fmt.Errorf("--since %s: want a duration (10m, 1h30m) or an RFC 3339 time (2006-01-02T15:04:05Z)", errdefs.Quote(v))
 }
 
 // listNetwork prints the audit, every page of it, or follows it.
@@ -150,7 +151,7 @@ func listNetwork(cmd *cobra.Command, c *client.Client, id string, q client.Netwo
 	}
 	if follow {
 		if err := c.FollowNetwork(cmd.Context(), id, q, emit); err != nil {
-			return apiFail(cmd, c, "net "+id, err)
+			return apiFail(cmd, c, "net "+arg(id), err)
 		}
 		return nil
 	}
@@ -159,7 +160,7 @@ func listNetwork(cmd *cobra.Command, c *client.Client, id string, q client.Netwo
 	for {
 		page, err := c.NetworkEvents(cmd.Context(), id, q)
 		if err != nil {
-			return apiFail(cmd, c, "net "+id, err)
+			return apiFail(cmd, c, "net "+arg(id), err)
 		}
 		for _, ev := range page.Events {
 			if err := emit(ev); err != nil {
@@ -173,7 +174,7 @@ func listNetwork(cmd *cobra.Command, c *client.Client, id string, q client.Netwo
 			return nil
 		}
 		if seen[page.NextCursor] {
-			return apiFail(cmd, c, "net "+id, errors.New("the daemon returned the same cursor twice"))
+			return apiFail(cmd, c, "net "+arg(id), errors.New("the daemon returned the same cursor twice"))
 		}
 		seen[page.NextCursor] = true
 		q.Cursor = page.NextCursor

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/airlock-dev/airlock/internal/egress"
+	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
@@ -130,7 +131,7 @@ func buildPolicy(f *runFlags) (*policy.Policy, error) {
 		}
 		n, err := policy.ParseSize(s.val)
 		if err != nil {
-			return nil, fmt.Errorf("%s %q: %v", s.flag, s.val, err)
+			return nil, fmt.Errorf("%s %s: %v", s.flag, errdefs.Quote(s.val), err)
 		}
 		*s.dst = n
 	}
@@ -152,7 +153,7 @@ func buildPolicy(f *runFlags) (*policy.Policy, error) {
 	for _, b := range f.binds {
 		parts := strings.Split(b, ":")
 		if len(parts) < 2 || len(parts) > 3 || (len(parts) == 3 && parts[2] != "rw" && parts[2] != "ro") {
-			return nil, fmt.Errorf("--bind %q: want SRC:DST or SRC:DST:rw", b)
+			return nil, fmt.Errorf("--bind %s: want SRC:DST or SRC:DST:rw", errdefs.Quote(b))
 		}
 		src, _ := filepath.Abs(parts[0])
 		p.Filesystem.Binds = append(p.Filesystem.Binds, policy.Bind{Source: src, Target: parts[1], Writable: len(parts) == 3 && parts[2] == "rw"})
@@ -171,7 +172,7 @@ func buildPolicy(f *runFlags) (*policy.Policy, error) {
 	for _, s := range f.secrets {
 		name, hosts, ok := strings.Cut(s, "@")
 		if !ok || name == "" || hosts == "" {
-			return nil, fmt.Errorf("--secret %q: want VAR@HOST[,HOST...]", s)
+			return nil, fmt.Errorf("--secret %s: want VAR@HOST[,HOST...]", errdefs.Quote(s))
 		}
 		p.Network.Credentials = append(p.Network.Credentials, policy.Credential{
 			Name: name, Hosts: strings.Split(hosts, ","), Secret: "env:" + name, Env: name,

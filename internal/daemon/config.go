@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/manager"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/quota"
+	"github.com/airlock-dev/airlock/internal/runtime/native"
 )
 
 // Config is the daemon's configuration file. Durations are Go durations
@@ -230,8 +231,8 @@ func (c *Config) manager() (manager.Config, int64, error) {
 		if !filepath.IsAbs(dir) {
 			return mc, 0, fmt.Errorf("config: images.%s: %q must be an absolute directory", name, dir)
 		}
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return mc, 0, fmt.Errorf("config: images.%s: %s is not a directory", name, dir)
+		if err := native.CheckImage(dir); err != nil {
+			return mc, 0, fmt.Errorf("config: images.%s: %v", name, err)
 		}
 		mc.Images[name] = dir
 	}

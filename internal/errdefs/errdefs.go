@@ -3,13 +3,19 @@
 // errdefs.ErrNotFound)`); the HTTP server maps them to status codes in one
 // place, and the SDK maps status codes back.
 //
-// It holds no behaviour beyond classification and must not import anything
-// of airlock's.
+// Error messages repeat a caller's input only through Quote, which caps
+// it, and the HTTP server passes every message through Clip, so no input
+// can make an error message large.
+//
+// It holds no behaviour beyond classification and message shaping, and
+// must not import anything of airlock's.
 package errdefs
 
 import (
 	"errors"
+	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // The kinds of error.
@@ -42,4 +48,39 @@ func RetryAfter(err error) time.Duration {
 		return r.After
 	}
 	return 0
+}
+
+// MaxEcho is how many bytes of one input value an error message repeats.
+const MaxEcho = 64
+
+// MaxMessage is the longest error message Clip lets through, in bytes.
+const MaxMessage = 2048
+
+// Quote returns s quoted as %q does, for an error message that repeats
+// input. A value longer than MaxEcho bytes is cut to its first MaxEcho
+// bytes (at a character boundary) and followed by its length, e.g.
+// "sb-xxxx"... (10000 bytes), so the message still names its start.
+func Quote(s string) string {
+	if len(s) <= MaxEcho {
+		return strconv.Quote(s)
+	}
+	cut := MaxEcho
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "... (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// Clip caps a whole error message at MaxMessage bytes (at a character
+// boundary), saying how much was left out: the backstop for messages
+// that repeat input some layer below did not Quote.
+func Clip(msg string) string {
+	if len(msg) <= MaxMessage {
+		return msg
+	}
+	cut := MaxMessage
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "... (" + strconv.Itoa(len(msg)-cut) + " more bytes left out)"
 }

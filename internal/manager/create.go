@@ -248,11 +248,11 @@ func (m *Manager) writeFiles(ctx context.Context, rt runtime.Sandbox, files []ap
 		}
 		if dir := path.Dir(p); dir != "/" {
 			if err := fs.MkdirAll(ctx, dir, 0o755); err != nil {
-				return fmt.Errorf("files[%d] %s: %w", i, f.Path, err)
+				return fmt.Errorf("files[%d] %s: %w", i, errdefs.Quote(f.Path), err)
 			}
 		}
 		if err := fs.WriteFile(ctx, p, mode, bytes.NewReader(f.Content)); err != nil {
-			return fmt.Errorf("files[%d] %s: %w", i, f.Path, err)
+			return fmt.Errorf("files[%d] %s: %w", i, errdefs.Quote(f.Path), err)
 		}
 	}
 	return nil

@@ -140,7 +140,7 @@ func (m *Manager) List(ctx context.Context, o ListOptions) (api.SandboxList, err
 		switch s {
 		case api.StateCreating, api.StateRunning, api.StatePaused, api.StateStopped, api.StateFailed:
 		default:
-			return api.SandboxList{}, invalid("state %q: want creating, running, paused, stopped or failed", s)
+			return api.SandboxList{}, invalid("state %s: want creating, running, paused, stopped or failed", errdefs.Quote(s))
 		}
 	}
 	if o.Limit == 0 {
@@ -153,7 +153,7 @@ func (m *Manager) List(ctx context.Context, o ListOptions) (api.SandboxList, err
 	recs, next, err := m.st.ListSandboxes(ctx, store.Filter{States: o.States, Labels: o.Labels, Pool: &notPooled, Limit: o.Limit, Cursor: o.Cursor})
 	if err != nil {
 		if errors.Is(err, store.ErrBadCursor) {
-			return api.SandboxList{}, invalid("cursor %q: not a cursor this daemon gave out", o.Cursor)
+			return api.SandboxList{}, invalid("cursor %s: not a cursor this daemon gave out", errdefs.Quote(o.Cursor))
 		}
 		return api.SandboxList{}, err
 	}

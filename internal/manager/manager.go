@@ -106,7 +106,7 @@ type SecretConfig struct {
 func (c *Config) secret(name string) (string, error) {
 	sc, ok := c.Secrets[name]
 	if !ok {
-		return "", fmt.Errorf("secret %q: not in the daemon's configuration (secrets:)", name)
+		return "", fmt.Errorf("secret %s: not in the daemon's configuration (secrets:)", errdefs.Quote(name))
 	}
 	return egress.ResolveSecret(sc.Source, nil)
 }
@@ -120,7 +120,7 @@ func (c *Config) checkCredentials(n policy.Network) error {
 		}
 		sc, ok := c.Secrets[cr.Secret]
 		if !ok {
-			return invalid("network.credentials[%d]: secret %q is not in the daemon's configuration (secrets:)", i, cr.Secret)
+			return invalid("network.credentials[%d]: secret %s is not in the daemon's configuration (secrets:)", i, errdefs.Quote(cr.Secret))
 		}
 		var allowed []rules.Pattern
 		for _, h := range sc.Hosts {
@@ -134,7 +134,7 @@ func (c *Config) checkCredentials(n policy.Network) error {
 				return invalid("network.credentials[%d]: %v", i, err)
 			}
 			if !slices.ContainsFunc(allowed, p.Within) {
-				return invalid("network.credentials[%d]: secret %q may not be sent to %s (the daemon's configuration allows %s)", i, cr.Secret, h, strings.Join(sc.Hosts, ", "))
+				return invalid("network.credentials[%d]: secret %s may not be sent to %s (the daemon's configuration allows %s)", i, errdefs.Quote(cr.Secret), errdefs.Quote(h), strings.Join(sc.Hosts, ", "))
 			}
 		}
 	}
@@ -319,13 +319,13 @@ func (m *Manager) lookup(id string) (*Sandbox, error) {
 	sb := m.sandboxes[id]
 	m.mu.Unlock()
 	if sb == nil {
-		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return nil, fmt.Errorf("sandbox %s: %w", errdefs.Quote(id), errdefs.ErrNotFound)
 	}
 	sb.mu.Lock()
 	pooled := sb.rec.Pool != ""
 	sb.mu.Unlock()
 	if pooled {
-		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return nil, fmt.Errorf("sandbox %s: %w", errdefs.Quote(id), errdefs.ErrNotFound)
 	}
 	return sb, nil
 }

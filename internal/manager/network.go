@@ -40,7 +40,7 @@ func (q NetworkQuery) filter(id string) (store.EgressFilter, error) {
 	if q.Cursor != "" {
 		n, err := strconv.ParseInt(q.Cursor, 10, 64)
 		if err != nil || n < 0 {
-			return f, invalid("cursor %q: not a cursor of this API (want the cursor of a network event)", q.Cursor)
+			return f, invalid("cursor %s: not a cursor of this API (want the cursor of a network event)", errdefs.Quote(q.Cursor))
 		}
 		f.After = n
 	}
@@ -235,7 +235,7 @@ func (m *Manager) SetNetworkPolicy(ctx context.Context, id string, np api.Networ
 	case "":
 		return api.NetworkPolicy{}, invalid("mode: required (none, allowlist or open)")
 	default:
-		return api.NetworkPolicy{}, invalid("mode %q: want none, allowlist or open", np.Mode)
+		return api.NetworkPolicy{}, invalid("mode %s: want none, allowlist or open", errdefs.Quote(np.Mode))
 	}
 	if len(np.Allow) > maxNetworkRules || len(np.Deny) > maxNetworkRules || len(np.HTTP) > maxNetworkRules {
 		return api.NetworkPolicy{}, invalid("allow, deny, http: at most %d rules each", maxNetworkRules)

@@ -30,7 +30,7 @@ func ParseCursor(s string) (Cursor, error) {
 	o, err1 := strconv.ParseUint(a, 10, 64)
 	e, err2 := strconv.ParseUint(b, 10, 64)
 	if !ok || err1 != nil || err2 != nil {
-		return Cursor{}, invalid("cursor %q: not a cursor from this API (want the cursor of an output event)", s)
+		return Cursor{}, invalid("cursor %s: not a cursor from this API (want the cursor of an output event)", errdefs.Quote(s))
 	}
 	return Cursor{o, e}, nil
 }

@@ -143,7 +143,7 @@ func (m *Manager) execRequest(sb *Sandbox, req *api.ExecRequest, tty bool) (*run
 	}
 	cwd = path.Clean(cwd)
 	if cwd == "/proc" || strings.HasPrefix(cwd, "/proc/") {
-		return nil, 0, invalid("cwd %q: a directory under /proc is not a working directory", req.Cwd)
+		return nil, 0, invalid("cwd %s: a directory under /proc is not a working directory", errdefs.Quote(req.Cwd))
 	}
 	if req.TimeoutSeconds < 0 || req.TimeoutSeconds != req.TimeoutSeconds {
 		return nil, 0, invalid("timeout_seconds: %v must not be negative", req.TimeoutSeconds)
@@ -252,7 +252,7 @@ func execError(id, cmd string, err error) error {
 	case strings.Contains(msg, "chdir"):
 		return fmt.Errorf("sandbox %s: working directory: %v: %w", id, err, errdefs.ErrInvalid)
 	case strings.Contains(msg, "no such file") || strings.Contains(msg, "not found in"):
-		return fmt.Errorf("sandbox %s: %s: command not found: %w", id, cmd, errdefs.ErrInvalid)
+		return fmt.Errorf("sandbox %s: %s: command not found: %w", id, errdefs.Quote(cmd), errdefs.ErrInvalid)
 	case strings.Contains(msg, "permission denied") || strings.Contains(msg, "not a directory"):
 		return fmt.Errorf("sandbox %s: %v: %w", id, err, errdefs.ErrInvalid)
 	case strings.Contains(msg, "sandbox ended"):
@@ -373,14 +373,14 @@ func (m *Manager) process(id, pid string) (*Sandbox, *proc, error) {
 	}
 	n, ok := parseProcID(pid)
 	if !ok {
-		return nil, nil, fmt.Errorf("process %q: not a process id (p1, p2, ...): %w", pid, errdefs.ErrNotFound)
+		return nil, nil, fmt.Errorf("process %s: not a process id (p1, p2, ...): %w", errdefs.Quote(pid), errdefs.ErrNotFound)
 	}
 	sb.mu.Lock()
 	p := sb.procs[n]
 	sb.activity, sb.dirty = time.Now().UTC(), true
 	sb.mu.Unlock()
 	if p == nil {
-		return nil, nil, fmt.Errorf("sandbox %s: process %q: %w", id, pid, errdefs.ErrNotFound)
+		return nil, nil, fmt.Errorf("sandbox %s: process %s: %w", id, errdefs.Quote(pid), errdefs.ErrNotFound)
 	}
 	return sb, p, nil
 }
@@ -505,7 +505,7 @@ func (m *Manager) Stdin(ctx context.Context, id, pid string, r io.Reader, closeA
 func ParseSignal(s string) (syscall.Signal, error) {
 	if n, err := strconv.Atoi(s); err == nil {
 		if n < 1 || n > 64 {
-			return 0, invalid("signal %q: want 1 to 64", s)
+			return 0, invalid("signal %s: want 1 to 64", errdefs.Quote(s))
 		}
 		return syscall.Signal(n), nil
 	}
@@ -513,7 +513,7 @@ func ParseSignal(s string) (syscall.Signal, error) {
 	if sig, ok := signals[name]; ok {
 		return sig, nil
 	}
-	return 0, invalid("signal %q: unknown (e.g. TERM, KILL, INT, HUP, USR1 or a number)", s)
+	return 0, invalid("signal %s: unknown (e.g. TERM, KILL, INT, HUP, USR1 or a number)", errdefs.Quote(s))
 }
 
 var signals = map[string]syscall.Signal{

@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/egress/gateway"
+	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/sandbox"
@@ -35,7 +36,7 @@ func (c *Config) policyNamed(name string) (*policy.Policy, error) {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		return nil, invalid("policy_name %q: no such policy (configured: %s)", name, strings.Join(names, ", "))
+		return nil, invalid("policy_name %s: no such policy (configured: %s)", errdefs.Quote(name), strings.Join(names, ", "))
 	}
 	return p, nil
 }
@@ -48,7 +49,7 @@ func (c *Config) image(name string) (string, error) {
 	}
 	dir, ok := c.Images[name]
 	if !ok {
-		return "", invalid("image %q: no such image (the daemon's configuration names its images)", name)
+		return "", invalid("image %s: no such image (the daemon's configuration names its images)", errdefs.Quote(name))
 	}
 	return dir, nil
 }
@@ -123,7 +124,7 @@ func apiPolicyAllowed(p *policy.Policy) error {
 	}
 	for i, c := range p.Network.Credentials {
 		if kind, _, _ := policy.ParseSecret(c.Secret); kind != policy.SecretName {
-			return invalid("policy: network.credentials[%d].secret: %q reads the daemon's environment or files, which API callers may not choose; name a secret of the daemon's configuration (secrets:)", i, c.Secret)
+			return invalid("policy: network.credentials[%d].secret: %s reads the daemon's environment or files, which API callers may not choose; name a secret of the daemon's configuration (secrets:)", i, errdefs.Quote(c.Secret))
 		}
 	}
 	return nil
@@ -184,13 +185,13 @@ func baseEnv(p *policy.Policy, extra map[string]string) (map[string]string, erro
 // checkEnv validates one variable.
 func checkEnv(k, v string) error {
 	if k == "" || strings.ContainsAny(k, "=\x00") {
-		return invalid("env: bad variable name %q", k)
+		return invalid("env: bad variable name %s", errdefs.Quote(k))
 	}
 	if strings.ContainsRune(v, 0) {
-		return invalid("env %s: the value contains a NUL byte", k)
+		return invalid("env %s: the value contains a NUL byte", errdefs.Quote(k))
 	}
 	if len(k)+len(v) > maxEnvLen {
-		return invalid("env %s: longer than %d bytes", k, maxEnvLen)
+		return invalid("env %s: longer than %d bytes", errdefs.Quote(k), maxEnvLen)
 	}
 	return nil
 }
@@ -202,7 +203,7 @@ func checkLabels(l map[string]string) error {
 	}
 	for k, v := range l {
 		if k == "" || len(k) > maxLabelLen || len(v) > maxLabelLen || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return invalid("labels: bad label %q=%q (keys are 1-%d bytes without '=', values up to %d bytes, no NUL)", k, v, maxLabelLen, maxLabelLen)
+			return invalid("labels: bad label %s=%s (keys are 1-%d bytes without '=', values up to %d bytes, no NUL)", errdefs.Quote(k), errdefs.Quote(v), maxLabelLen, maxLabelLen)
 		}
 	}
 	return nil

@@ -35,7 +35,7 @@ const (
 	tcgets         = 0x5401
 	garbageHigh    = 0xdeadbeef_00000000
 	addrNoRandom   = 0x0040000
-	perLinux32     = 0x8
+	readImplExec   = 0x0400000
 	auditArchX32ok = auditArchX86_64
 )
 
@@ -288,12 +288,19 @@ func TestDefaultActions(t *testing.T) {
 			f.expect(t, wantEPERM, "ioctl", 5, tioclinux|0xffffffff00000000)
 			f.expect(t, wantEPERM, "ioctl", 5, tioclinux)
 
-			// personality: query and PER_LINUX only.
+			// personality: the query and the plain personas only, never
+			// a flag (alone or on an allowed persona).
 			f.expect(t, wantAllow, "personality", perQuery)
 			f.expect(t, wantAllow, "personality", 0xffffffffffffffff) // truncated to the query
-			f.expect(t, wantAllow, "personality", perLinux)
+			for _, v := range []uint64{perLinux, perLinux32, perUname26, perLinux32Un26} {
+				f.expect(t, wantAllow, "personality", v)
+				f.expect(t, wantAllow, "personality", v|garbageHigh) // the kernel truncates to 32 bits
+				f.expect(t, wantEPERM, "personality", v|addrNoRandom)
+				f.expect(t, wantEPERM, "personality", v|readImplExec)
+			}
 			f.expect(t, wantEPERM, "personality", addrNoRandom)
-			f.expect(t, wantEPERM, "personality", perLinux32)
+			f.expect(t, wantEPERM, "personality", readImplExec)
+			f.expect(t, wantEPERM, "personality", 0x0800000) // ADDR_LIMIT_32BIT
 			f.expect(t, wantEPERM, "personality", 0xfffffffe)
 		})
 	}

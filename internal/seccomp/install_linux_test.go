@@ -121,6 +121,14 @@ func probes(pipeFd int) []probe {
 		{"clone3_null", func() error { _, err := sys(unix.SYS_CLONE3, 0, 0); return err }},
 		{"personality_query", func() error { _, err := sys(unix.SYS_PERSONALITY, 0xffffffff); return err }},
 		{"personality_norandom", func() error { _, err := sys(unix.SYS_PERSONALITY, addrNoRandom); return err }},
+		{"personality_read_implies_exec", func() error { _, err := sys(unix.SYS_PERSONALITY, readImplExec); return err }},
+		{"personality_linux32_uname26", func() error {
+			_, err := sys(unix.SYS_PERSONALITY, perLinux32Un26)
+			if err == nil {
+				sys(unix.SYS_PERSONALITY, perLinux)
+			}
+			return err
+		}},
 	}
 }
 
@@ -144,6 +152,9 @@ var wantAfter = map[string]string{
 	"clone3_null":           "ENOSYS",
 	"personality_query":     "ok",
 	"personality_norandom":  "EPERM",
+
+	"personality_read_implies_exec": "EPERM",
+	"personality_linux32_uname26":   "ok",
 }
 
 func seccompStatus(path string) string {

@@ -80,8 +80,14 @@ const (
 	tiocsti   = 0x5412
 	tioclinux = 0x541c
 
-	perLinux = 0x0
-	perQuery = 0xffffffff
+	// personality(2) personas: the ones the container runtimes' default
+	// profiles allow, and the query. Every other value (flags such as
+	// READ_IMPLIES_EXEC or ADDR_NO_RANDOMIZE included) fails with EPERM.
+	perLinux       = 0x0
+	perLinux32     = 0x8     // uname reports a 32-bit machine
+	perUname26     = 0x20000 // uname reports a 2.6 release
+	perLinux32Un26 = perLinux32 | perUname26
+	perQuery       = 0xffffffff
 )
 
 // forbidden can never be allowed by any Profile; Compile rejects a profile
@@ -195,9 +201,15 @@ func defaultRules() []Rule {
 			denyIf("TIOCSTI", eq32(1, tiocsti)),
 			denyIf("TIOCLINUX", eq32(1, tioclinux)),
 		}, Else: ActionAllow},
+		// personality's persona is an unsigned int. Only plain personas
+		// pass: READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE and the other flags
+		// would weaken the process's own memory protections.
 		{Syscall: "personality", Cases: []Case{
 			allowIf("query", eq32(0, perQuery)),
 			allowIf("PER_LINUX", eq32(0, perLinux)),
+			allowIf("PER_LINUX32", eq32(0, perLinux32)),
+			allowIf("UNAME26", eq32(0, perUname26)),
+			allowIf("PER_LINUX32|UNAME26", eq32(0, perLinux32Un26)),
 		}, Else: ActionEPERM},
 		{Syscall: "socket", Cases: socket, Else: ActionEPERM},
 		{Syscall: "socketpair", Cases: []Case{allowIf("AF_UNIX", eq32(0, afUnix))}, Else: ActionEPERM},

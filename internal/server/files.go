@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/manager"
 	"github.com/airlock-dev/airlock/internal/runtime"
 )
@@ -49,7 +50,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer rc.Close()
 	if fi.Dir {
-		return badRequest("path %q is a directory (use files/list, or archive to download it)", p)
+		return badRequest("path %s is a directory (use files/list, or archive to download it)", errdefs.Quote(p))
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size, 10))
@@ -69,7 +70,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 	if v := r.URL.Query().Get("mode"); v != "" {
 		n, err := strconv.ParseUint(v, 8, 32)
 		if err != nil || n > 0o7777 {
-			return badRequest("mode=%q: want octal permission bits, e.g. 0644", v)
+			return badRequest("mode=%s: want octal permission bits, e.g. 0644", errdefs.Quote(v))
 		}
 		mode = os.FileMode(n)
 	}

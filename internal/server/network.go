@@ -24,7 +24,7 @@ func (s *Server) networkEvents(w http.ResponseWriter, r *http.Request) error {
 	if v := qv.Get("allowed"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return badRequest("allowed=%q: want true or false", v)
+			return badRequest("allowed=%s: want true or false", errdefs.Quote(v))
 		}
 		q.Allowed = &b
 	}
@@ -32,7 +32,7 @@ func (s *Server) networkEvents(w http.ResponseWriter, r *http.Request) error {
 	if v := qv.Get("since"); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			return badRequest("since=%q: want an RFC 3339 time (2006-01-02T15:04:05Z)", v)
+			return badRequest("since=%s: want an RFC 3339 time (2006-01-02T15:04:05Z)", errdefs.Quote(v))
 		}
 		q.Since = t
 	}
@@ -44,7 +44,7 @@ func (s *Server) networkEvents(w http.ResponseWriter, r *http.Request) error {
 		if v := qv.Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > 1000 {
-				return badRequest("limit=%q: want 1 to 1000", v)
+				return badRequest("limit=%s: want 1 to 1000", errdefs.Quote(v))
 			}
 			q.Limit = n
 		}

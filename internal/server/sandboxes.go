@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/manager"
 )
 
@@ -27,7 +28,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	for _, l := range q["label"] {
 		k, v, ok := strings.Cut(l, "=")
 		if !ok || k == "" {
-			return badRequest("label=%q: want key=value", l)
+			return badRequest("label=%s: want key=value", errdefs.Quote(l))
 		}
 		if o.Labels == nil {
 			o.Labels = map[string]string{}
@@ -37,7 +38,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			return badRequest("limit=%q: want 1 to 1000", v)
+			return badRequest("limit=%s: want 1 to 1000", errdefs.Quote(v))
 		}
 		o.Limit = n
 	}

@@ -253,7 +253,7 @@ func classify(err error) (status int, body api.ErrorBody, retryAfter time.Durati
 	case errors.Is(err, context.DeadlineExceeded):
 		status, code = http.StatusGatewayTimeout, api.CodeTimeout
 	}
-	return status, api.ErrorBody{Code: code, Message: err.Error()}, retryAfter
+	return status, api.ErrorBody{Code: code, Message: errdefs.Clip(err.Error())}, retryAfter
 }
 
 // writeJSON writes v as the answer.

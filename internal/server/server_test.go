@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,6 +65,28 @@ func TestWriteError(t *testing.T) {
 		if c.status == 429 && w.Header().Get("Retry-After") != "3" {
 			t.Errorf("429: Retry-After %q, want 3 (rounded up)", w.Header().Get("Retry-After"))
 		}
+	}
+}
+
+// Whatever a layer below put in an error message, the answer's message is
+// at most errdefs.MaxMessage bytes (plus the note of what was cut) and
+// keeps its start.
+func TestWriteErrorClipsMessage(t *testing.T) {
+	s := &Server{met: manager.NewMetrics()}
+	w := httptest.NewRecorder()
+	s.writeError(w, fmt.Errorf("policy: unknown key %s: %w", strings.Repeat("k", 10000), errdefs.ErrInvalid))
+	var body api.Error
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != 400 {
+		t.Fatalf("got %d %.200s", w.Code, w.Body.String())
+	}
+	if m := body.Err.Message; len(m) > errdefs.MaxMessage+64 || !strings.HasPrefix(m, "policy: unknown key kkk") {
+		t.Errorf("message of %d bytes: %.100q...", len(m), m)
+	}
+	// Control: a message under the cap is left whole.
+	w = httptest.NewRecorder()
+	s.writeError(w, fmt.Errorf("policy: unknown key %s: %w", strings.Repeat("k", 100), errdefs.ErrInvalid))
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || !strings.HasSuffix(body.Err.Message, strings.Repeat("k", 100)+": invalid argument") {
+		t.Errorf("short message changed: %q", body.Err.Message)
 	}
 }
 

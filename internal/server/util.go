@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
@@ -33,6 +34,12 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 		if errors.Is(err, io.EOF) {
 			return badRequest("request body: empty, want a JSON object")
 		}
+		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			if n, uerr := strconv.Unquote(name); uerr == nil {
+				name = n
+			}
+			return badRequest("request body: unknown field %s", errdefs.Quote(name))
+		}
 		return badRequest("request body: %v", err)
 	}
 	if dec.More() {
@@ -51,7 +58,7 @@ var (
 func sandboxID(r *http.Request) (string, error) {
 	id := r.PathValue("id")
 	if !sandboxIDRe.MatchString(id) {
-		return "", fmt.Errorf("sandbox %q: not a sandbox id (sb- and 16 hex digits): %w", id, errdefs.ErrNotFound)
+		return "", fmt.Errorf("sandbox %s: not a sandbox id (sb- and 16 hex digits): %w", errdefs.Quote(id), errdefs.ErrNotFound)
 	}
 	return id, nil
 }
@@ -60,7 +67,7 @@ func sandboxID(r *http.Request) (string, error) {
 func processID(r *http.Request) (string, error) {
 	pid := r.PathValue("pid")
 	if !procIDRe.MatchString(pid) {
-		return "", fmt.Errorf("process %q: not a process id (p1, p2, ...): %w", pid, errdefs.ErrNotFound)
+		return "", fmt.Errorf("process %s: not a process id (p1, p2, ...): %w", errdefs.Quote(pid), errdefs.ErrNotFound)
 	}
 	return pid, nil
 }
@@ -82,7 +89,7 @@ func boolParam(r *http.Request, name string, def bool) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, badRequest("%s=%q: want true or false", name, v)
+		return false, badRequest("%s=%s: want true or false", name, errdefs.Quote(v))
 	}
 	return b, nil
 }
@@ -95,7 +102,7 @@ func secondsParam(r *http.Request, name string, def, max time.Duration) (time.Du
 	}
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil || f < 0 || f != f {
-		return 0, badRequest("%s=%q: want a number of seconds, not negative", name, v)
+		return 0, badRequest("%s=%s: want a number of seconds, not negative", name, errdefs.Quote(v))
 	}
 	d := time.Duration(f * float64(time.Second))
 	if d > max {

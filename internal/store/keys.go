@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/airlock-dev/airlock/internal/errdefs"
 )
 
 // ErrBadKey is wrapped by Authenticate's error for a key that is malformed,
@@ -141,7 +143,7 @@ func (s *Store) RevokeKey(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		return mustAffect(res, fmt.Sprintf("key %q", id))
+		return mustAffect(res, "key "+errdefs.Quote(id))
 	})
 }
 

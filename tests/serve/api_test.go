@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -228,6 +229,81 @@ func TestBadRequests(t *testing.T) {
 		if !bytes.Contains(m, []byte(name)) {
 			t.Errorf("metrics lack %s", name)
 		}
+	}
+}
+
+// TestLongInputEcho: an error message repeats a caller's input only in
+// part: a 10,000-byte id, query value, field name, label, command or
+// signal gives a short message that still names the start of the input
+// and its length. Control: a short bad input is repeated whole.
+func TestLongInputEcho(t *testing.T) {
+	d := startDaemon(t, "")
+	sb := d.create(t, nil)
+	const maxMsg = 400
+	long := func(prefix string) string { return prefix + strings.Repeat("a", 10000-len(prefix)) }
+	check := func(what string, resp *http.Response, body []byte, status int, want ...string) {
+		t.Helper()
+		var e api.Error
+		if err := json.Unmarshal(body, &e); err != nil || resp.StatusCode != status {
+			t.Errorf("%s: got %d %.200q, want %d with a JSON error", what, resp.StatusCode, body, status)
+			return
+		}
+		if len(e.Err.Message) > maxMsg {
+			t.Errorf("%s: message of %d bytes (want at most %d): %.200q...", what, len(e.Err.Message), maxMsg, e.Err.Message)
+		}
+		for _, w := range want {
+			if !strings.Contains(e.Err.Message, w) {
+				t.Errorf("%s: message %q does not contain %q", what, e.Err.Message, w)
+			}
+		}
+	}
+	json := map[string]string{"Content-Type": "application/json"}
+	start := func(s string) string { return fmt.Sprintf("%q... (%d bytes)", s[:64], len(s)) }
+
+	// Control: a short bad id is named whole.
+	resp, body := d.rawRequest(t, "GET", "/v1/sandboxes/sb-zzzz", nil, nil)
+	check("short id", resp, body, 404, `"sb-zzzz": not a sandbox id`)
+
+	id := long("sb-")
+	resp, body = d.rawRequest(t, "GET", "/v1/sandboxes/"+id, nil, nil)
+	check("long id", resp, body, 404, start(id), "not a sandbox id")
+	resp, body = d.rawRequest(t, "DELETE", "/v1/sandboxes/"+id, nil, nil)
+	check("long id (delete)", resp, body, 404, start(id))
+	pid := long("p")
+	resp, body = d.rawRequest(t, "GET", "/v1/sandboxes/"+sb.ID+"/processes/"+pid, nil, nil)
+	check("long process id", resp, body, 404, start(pid))
+	state := long("zombie")
+	resp, body = d.rawRequest(t, "GET", "/v1/sandboxes?state="+state, nil, nil)
+	check("long state", resp, body, 400, start(state))
+	limit := long("9")
+	resp, body = d.rawRequest(t, "GET", "/v1/sandboxes?limit="+limit, nil, nil)
+	check("long limit", resp, body, 400, start(limit))
+	field := long("x")
+	resp, body = d.rawRequest(t, "POST", "/v1/sandboxes", strings.NewReader(`{"`+field+`":1}`), json)
+	check("long unknown field", resp, body, 400, "unknown field "+start(field))
+	key := long("k=")
+	resp, body = d.rawRequest(t, "POST", "/v1/sandboxes", strings.NewReader(`{"labels":{"`+key+`":"v"}}`), json)
+	check("long label", resp, body, 400, start(key))
+	sig := long("SIG")
+	resp, body = d.rawRequest(t, "POST", "/v1/sandboxes/"+sb.ID+"/processes/p1/signal", strings.NewReader(`{"signal":"`+sig+`"}`), json)
+	check("long signal", resp, body, 400, start(sig))
+	cmd := strings.Repeat("c", 250) // one path component, so the lookup fails with "not found"
+	resp, body = d.rawRequest(t, "POST", "/v1/sandboxes/"+sb.ID+"/exec", strings.NewReader(`{"argv":["`+cmd+`"]}`), json)
+	check("long command", resp, body, 400, start(cmd), "command not found")
+	kid := long("k")
+	resp, body = d.rawRequest(t, "DELETE", "/v1/keys/"+kid, nil, nil)
+	check("long key id", resp, body, 404, start(kid))
+
+	// The CLI prints one short line naming the start of the id.
+	c := exec.Command(airlockBin, "rm", id)
+	c.Env = append(os.Environ(), "AIRLOCK_HOST=unix://"+d.sock)
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	if err := c.Run(); err == nil {
+		t.Fatal("airlock rm of a 10,000-byte id succeeded")
+	}
+	if line := strings.TrimSuffix(stderr.String(), "\n"); strings.Contains(line, "\n") || len(line) > maxMsg || !strings.Contains(line, start(id)) {
+		t.Errorf("airlock rm: want one line of at most %d bytes naming %s, got %d bytes: %.300q", maxMsg, start(id), len(line), line)
 	}
 }
 

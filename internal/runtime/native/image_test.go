@@ -3,13 +3,16 @@
 package native_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/runtime/native"
 )
 
 // TestImageRoot runs a sandbox whose root is an image directory holding a
@@ -43,5 +46,63 @@ func TestImageRoot(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(marker); string(b) != "from-image" {
 		t.Errorf("the image was modified: %q", b)
+	}
+}
+
+// CheckImage refuses an image whose mount points are symlinks or not
+// directories, naming the image and the path; directories or absent
+// entries pass.
+func TestCheckImage(t *testing.T) {
+	parent := t.TempDir()
+	mk := func(name string, entries map[string]string) string {
+		img := filepath.Join(parent, name)
+		os.Mkdir(img, 0o755)
+		for p, kind := range entries {
+			full := filepath.Join(img, p)
+			var err error
+			switch {
+			case kind == "dir":
+				err = os.Mkdir(full, 0o755)
+			case kind == "file":
+				err = os.WriteFile(full, nil, 0o644)
+			case kind == "fifo":
+				err = syscall.Mkfifo(full, 0o644)
+			default:
+				err = os.Symlink(strings.TrimPrefix(kind, "->"), full)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return img
+	}
+	for i, c := range []struct {
+		entries map[string]string
+		want    string // "" for no error
+	}{
+		{nil, ""},
+		{map[string]string{"dev": "dir", "proc": "dir", "tmp": "dir", "workspace": "dir", "etc": "dir", "usr": "->/opt"}, ""},
+		{map[string]string{"dev": "->/etc"}, "/dev is a symlink (to /etc); the sandbox mounts its own /dev there: make it a directory"},
+		{map[string]string{"proc": "file"}, "/proc is a regular file, not a directory"},
+		{map[string]string{"tmp": "fifo"}, "/tmp is a named pipe, not a directory"},
+		{map[string]string{"workspace": "->."}, "/workspace is a symlink (to .)"},
+		{map[string]string{"etc": "->/"}, "/etc is a symlink (to /)"},
+	} {
+		img := mk(fmt.Sprintf("img%d", i), c.entries)
+		err := native.CheckImage(img)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v, want no error", c.entries, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), "image "+img+": "+c.want)):
+			t.Errorf("%v: %v, want an error naming %q", c.entries, err, "image "+img+": "+c.want)
+		}
+	}
+	file := filepath.Join(parent, "plain")
+	os.WriteFile(file, nil, 0o644)
+	if err := native.CheckImage(file); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("a file as the image: %v", err)
+	}
+	if err := native.CheckImage(filepath.Join(parent, "missing")); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("a missing image: %v", err)
 	}
 }

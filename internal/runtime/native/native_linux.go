@@ -112,11 +112,8 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, &LayerError{Layer: layerSeccomp, Err: errors.New("no seccomp filter in the spec"), Fix: "compile the default profile, or pass --insecure-no-seccomp"}
 	}
 	if spec.Image != "" {
-		if fi, err := os.Stat(spec.Image); err != nil || !fi.IsDir() {
-			if err == nil {
-				err = errors.New("not a directory")
-			}
-			return nil, &LayerError{Layer: layerFilesystem, Err: fmt.Errorf("image %s: %w", spec.Image, err), Fix: "--image takes a root filesystem directory"}
+		if err := CheckImage(spec.Image); err != nil {
+			return nil, &LayerError{Layer: layerFilesystem, Err: err}
 		}
 	}
 	steps := map[string]time.Duration{}

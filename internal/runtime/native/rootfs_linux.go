@@ -168,39 +168,57 @@ func hostRoot(newRoot, layers, etc string, idmapped map[string]*os.File, step fu
 	return nil
 }
 
-// lowerDir returns the path to use as an overlay's lower layer: the idmapped
-// mount the supervisor made for it if there is one, else the host path.
+// lowerDir returns an overlay's lower layer as overlay names it: the
+// idmapped mount the supervisor made for it, or else a bind of the host
+// path, at layers/lower/<name> and named relative to layers (see overlay).
+// A host system directory without an idmapped mount is used as it is: its
+// name ("/usr") is its place in the sandbox and reveals nothing.
 func lowerDir(path, name, layers string, idmapped map[string]*os.File) (string, error) {
 	f := idmapped[name]
-	if f == nil {
+	if f == nil && path == name {
 		if strings.ContainsAny(path, ",:\\") {
 			return "", fmt.Errorf("path %q: ',', ':' and '\\' cannot be used in an overlay layer", path)
 		}
 		return path, nil
 	}
-	dst := filepath.Join(layers, "lower", strings.TrimPrefix(name, "/"))
+	rel := filepath.Join("lower", strings.TrimPrefix(name, "/"))
+	dst := filepath.Join(layers, rel)
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return "", err
 	}
-	if err := moveMount(f, dst); err != nil {
+	if f == nil {
+		// Recursive: a non-recursive bind of a tree with mounts locked by
+		// the user namespace is refused; the overlay sees none of them.
+		if err := mount(path, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return "", err
+		}
+	} else if err := moveMount(f, dst); err != nil {
 		return "", fmt.Errorf("%s: %w", path, err)
 	}
-	return dst, nil
+	return rel, nil
 }
 
+// overlay mounts an overlay of lower, with its upper and work directories
+// in layers, on dst. It names its layers relative to layers (from there
+// as the working directory): the kernel shows an overlay's layers in
+// /proc/*/mountinfo as they were given, and the sandbox must not learn its
+// state directory's host path from them.
 func overlay(lower, layers, name, dst string) error {
 	name = strings.Trim(name, "/")
-	upper := filepath.Join(layers, "upper", name)
-	work := filepath.Join(layers, "work", name)
+	upper := filepath.Join("upper", name)
+	work := filepath.Join("work", name)
 	for _, d := range []string{upper, work} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(layers, d), 0o755); err != nil {
 			return err
 		}
+	}
+	if err := unix.Chdir(layers); err != nil {
+		return fmt.Errorf("chdir %s: %w", layers, err)
 	}
 	// userxattr: the overlay is mounted inside a user namespace, where
 	// trusted.* extended attributes are not available.
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper, work)
-	return mount("overlay", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+	return mount("airlock", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
 }
 
 func moveMount(f *os.File, dst string) error {
