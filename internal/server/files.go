@@ -232,13 +232,19 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer rc.Close()
+	return s.sendArchive(w, p, rc, max)
+}
+
+// sendArchive answers with the archive of p that rc streams, as
+// forwardArchive checks it. A fault found after the status went out is
+// sent as the api.HeaderError trailer, the stream cut short of a whole
+// block so that no tar reader takes it for a complete archive.
+func (s *Server) sendArchive(w http.ResponseWriter, p string, rc io.Reader, max int64) error {
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.Header().Set("Trailer", api.HeaderError)
 	w.WriteHeader(http.StatusOK)
 	sent, err := forwardArchive(w, rc, max)
 	if err != nil {
-		// Cut short of a whole block, so no tar reader takes what came
-		// for a complete archive; the trailer says why.
 		if sent%512 == 0 {
 			w.Write([]byte{0xff})
 		}
