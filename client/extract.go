@@ -581,6 +581,9 @@ func movePlace(root *os.Root, from, to string) error {
 		}
 		return nil
 	}
+	if !ffi.IsDir() {
+		return root.Rename(from, to) // replaces the file or link at once
+	}
 	if err := root.Remove(to); err != nil {
 		return err
 	}

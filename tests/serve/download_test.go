@@ -295,6 +295,9 @@ func TestDownloadLimits(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(out, "mib-small")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a refused download left its file: %v", err)
 	}
+	if stdout, errs, code := cli(t, d, "cp", "--max-size", "512K", sb.ID+":/workspace/mib", "-"); code == 0 || stdout != "" || !strings.Contains(errs, "limit") {
+		t.Fatalf("cp --max-size 512K of 1 MiB to stdout: exit %d, %d bytes out, %q", code, len(stdout), errs)
+	}
 	if _, errs, code := cli(t, d, "cp", "--max-size", "2M", sb.ID+":/workspace/mib", filepath.Join(out, "mib")); code != 0 {
 		t.Fatalf("cp --max-size 2M of 1 MiB: exit %d: %s", code, errs)
 	}
