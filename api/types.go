@@ -421,4 +421,15 @@ const (
 const (
 	HeaderFileSize = "X-Airlock-File-Size"
 	HeaderFileMode = "X-Airlock-File-Mode"
+	// HeaderError is the trailer of an archive download that failed after
+	// its stream started: an ErrorBody as JSON. The stream is then cut
+	// short of a whole tar block, so that no tar reader takes it for a
+	// complete archive.
+	HeaderError = "X-Airlock-Error"
 )
+
+// DefaultMaxDownload is the most a download (GET .../files or
+// .../archive) may carry unless its max_size says otherwise: the bytes of
+// the answer, and for an archive also the sizes of the files in it (a
+// sparse file counts its holes).
+const DefaultMaxDownload int64 = 1 << 30

@@ -199,7 +199,7 @@ func ExampleClient_WriteFile() {
 	if err := c.WriteFile(ctx, id, "main.py", 0o644, f); err != nil {
 		log.Fatal(err)
 	}
-	r, info, err := c.ReadFile(ctx, id, "/workspace/main.py")
+	r, info, err := c.ReadFile(ctx, id, "/workspace/main.py", client.DownloadOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -220,17 +220,14 @@ func ExampleClient_Upload() {
 	if err := c.Upload(ctx, id, "/workspace", pr); err != nil {
 		log.Fatal(err)
 	}
-	// And back, into ./out/project.
-	r, err := c.Download(ctx, id, "/workspace/project")
+	// And back, as ./project-out (at most 100 MiB; links that lead out
+	// of the tree are left out and listed).
+	x, err := c.DownloadTo(ctx, id, "/workspace/project", "project-out", client.DownloadOptions{MaxSize: 100 << 20})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer r.Close()
-	if err := os.MkdirAll("out", 0o755); err != nil {
-		log.Fatal(err)
-	}
-	if err := client.UntarTo("out", r); err != nil {
-		log.Fatal(err)
+	for _, l := range x.SkippedLinks {
+		log.Printf("skipped %s -> %s", l.Name, l.Target)
 	}
 }
 

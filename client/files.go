@@ -3,6 +3,7 @@ package client
 import (
 	"archive/tar"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +13,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,11 +37,45 @@ func (c *Client) filesRequest(ctx context.Context, method, id, rest, p string, q
 	return c.request(ctx, method, sp, q, body)
 }
 
-// ReadFile opens the file p of sandbox id. The FileInfo holds what the
-// answer's headers tell: its name, path, size, mode and, when sent, its
-// modification time. Close the reader.
-func (c *Client) ReadFile(ctx context.Context, id, p string) (io.ReadCloser, *api.FileInfo, error) {
-	req, err := c.filesRequest(ctx, http.MethodGet, id, "/files", p, nil, nil)
+// DownloadOptions tune a download from a sandbox (ReadFile, Download,
+// DownloadTo) and the extraction of an archive (UntarTo).
+type DownloadOptions struct {
+	// MaxSize is the most a download may carry, in bytes: the bytes of
+	// the answer, and for an archive also the sizes of the files in it (a
+	// sparse file counts its holes, which the copy has too). Past it the
+	// download fails with an error of code api.CodeTooLarge and leaves
+	// nothing behind. 0: api.DefaultMaxDownload.
+	MaxSize int64
+	// FollowLinks makes a symbolic link of a downloaded tree that leads
+	// out of the tree arrive as a copy of the regular file it points to in
+	// the sandbox. Without it such a link is left out (and listed).
+	FollowLinks bool
+}
+
+func (o DownloadOptions) max() int64 {
+	if o.MaxSize > 0 {
+		return o.MaxSize
+	}
+	return api.DefaultMaxDownload
+}
+
+func (o DownloadOptions) query() url.Values {
+	q := url.Values{}
+	if o.MaxSize > 0 {
+		q.Set("max_size", strconv.FormatInt(o.MaxSize, 10))
+	}
+	if o.FollowLinks {
+		q.Set("follow_links", "true")
+	}
+	return q
+}
+
+// ReadFile opens the file p of sandbox id (a symbolic link is followed in
+// the sandbox); only a regular file can be read, of at most opts.MaxSize
+// bytes. The FileInfo holds what the answer's headers tell: its name, path,
+// size, mode and, when sent, its modification time. Close the reader.
+func (c *Client) ReadFile(ctx context.Context, id, p string, opts DownloadOptions) (io.ReadCloser, *api.FileInfo, error) {
+	req, err := c.filesRequest(ctx, http.MethodGet, id, "/files", p, opts.query(), nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -64,6 +98,10 @@ func (c *Client) ReadFile(ctx context.Context, id, p string) (io.ReadCloser, *ap
 		if t, err := http.ParseTime(v); err == nil {
 			fi.ModTime = t
 		}
+	}
+	if fi.Size > opts.max() {
+		resp.Body.Close()
+		return nil, nil, &Error{Status: resp.StatusCode, Code: api.CodeTooLarge, Message: fmt.Sprintf("%s: %d bytes, over the limit of %d", p, fi.Size, opts.max())}
 	}
 	return resp.Body, fi, nil
 }
@@ -150,10 +188,15 @@ func (c *Client) Rename(ctx context.Context, id, from, to string) error {
 	return c.call(ctx, http.MethodPost, sp, nil, &api.RenameRequest{From: from, To: to}, nil)
 }
 
-// Download returns a tar stream of the file or tree p of sandbox id; extract
-// it with UntarTo. Close it.
-func (c *Client) Download(ctx context.Context, id, p string) (io.ReadCloser, error) {
-	req, err := c.filesRequest(ctx, http.MethodGet, id, "/archive", p, nil, nil)
+// Download returns a tar stream of the file or tree p of sandbox id (a
+// symbolic link given as p is followed in the sandbox; those in a tree are
+// links in the stream, see opts.FollowLinks); extract it with UntarTo, or
+// use DownloadTo. Sparse files come as sparse entries (PAX format 1.0, as
+// GNU tar writes them). A download over opts.MaxSize, or of a FIFO, socket
+// or device, fails before the stream starts; a fault after it started is
+// the error of the stream's last Read (an *Error, Status 0). Close it.
+func (c *Client) Download(ctx context.Context, id, p string, opts DownloadOptions) (io.ReadCloser, error) {
+	req, err := c.filesRequest(ctx, http.MethodGet, id, "/archive", p, opts.query(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -162,8 +205,30 @@ func (c *Client) Download(ctx context.Context, id, p string) (io.ReadCloser, err
 	if err != nil {
 		return nil, err
 	}
-	return resp.Body, nil
+	return &archiveBody{resp}, nil
 }
+
+// archiveBody is an archive's answer: at its end, the error trailer the
+// daemon sends when the stream failed after the status becomes the error
+// of the last Read.
+type archiveBody struct{ resp *http.Response }
+
+func (a *archiveBody) Read(p []byte) (int, error) {
+	n, err := a.resp.Body.Read(p)
+	if err == io.EOF {
+		if v := a.resp.Trailer.Get(api.HeaderError); v != "" {
+			e := &Error{Code: api.CodeInternal, Message: v}
+			var b api.ErrorBody
+			if json.Unmarshal([]byte(v), &b) == nil && b.Code != "" {
+				e.Code, e.Message = b.Code, b.Message
+			}
+			return n, e
+		}
+	}
+	return n, err
+}
+
+func (a *archiveBody) Close() error { return a.resp.Body.Close() }
 
 // Upload extracts the tar stream tr (as TarDir makes) into the directory
 // dir of sandbox id, streaming it.
@@ -251,148 +316,4 @@ func tarAs(w io.Writer, src, name string) error {
 		return fmt.Errorf("airlock: tar %s: %w", src, err)
 	}
 	return tw.Close()
-}
-
-// UntarTo extracts the tar stream r into the existing directory dst. Only
-// regular files, directories and symbolic links are accepted; modes are
-// masked to 0777. It refuses, with an error naming the entry, any entry
-// whose name is absolute or holds "..", and any that would land outside
-// dst through a symbolic link (the extraction goes through os.OpenRoot).
-// An existing file or link is replaced; an existing directory is kept.
-func UntarTo(dst string, r io.Reader) error {
-	root, err := os.OpenRoot(dst)
-	if err != nil {
-		return fmt.Errorf("airlock: untar: %w", err)
-	}
-	defer root.Close()
-	type dirMode struct {
-		name string
-		mode fs.FileMode
-	}
-	var dirs []dirMode
-	tr := tar.NewReader(r)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("airlock: untar: %w", err)
-		}
-		if hdr.Typeflag == tar.TypeXGlobalHeader {
-			continue
-		}
-		name, err := entryName(hdr.Name)
-		if err != nil {
-			return fmt.Errorf("airlock: untar: entry %q: %w", hdr.Name, err)
-		}
-		fail := func(err error) error { return fmt.Errorf("airlock: untar: entry %q: %w", hdr.Name, err) }
-		mode := fs.FileMode(hdr.Mode) & 0o777
-		if name == "." {
-			if hdr.Typeflag != tar.TypeDir {
-				return fail(errors.New("not a directory"))
-			}
-			continue // dst itself: leave it as it is
-		}
-		if dir := path.Dir(name); dir != "." {
-			if err := root.MkdirAll(dir, 0o755); err != nil {
-				return fail(err)
-			}
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			fi, err := root.Lstat(name)
-			switch {
-			case err == nil && fi.IsDir():
-			case err == nil:
-				if err := root.Remove(name); err != nil {
-					return fail(err)
-				}
-				fallthrough
-			default:
-				// Owner-writable until the end, so entries can land inside.
-				if err := root.Mkdir(name, 0o700); err != nil {
-					return fail(err)
-				}
-			}
-			dirs = append(dirs, dirMode{name, mode})
-		case tar.TypeReg, tar.TypeRegA:
-			if err := replace(root, name); err != nil {
-				return fail(err)
-			}
-			f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-			if err != nil {
-				return fail(err)
-			}
-			_, err = io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err == nil {
-				err = root.Chmod(name, mode)
-			}
-			if err == nil && !hdr.ModTime.IsZero() {
-				err = root.Chtimes(name, hdr.ModTime, hdr.ModTime)
-			}
-			if err != nil {
-				return fail(err)
-			}
-		case tar.TypeSymlink:
-			if hdr.Linkname == "" || strings.IndexByte(hdr.Linkname, 0) >= 0 {
-				return fail(errors.New("bad symbolic link target"))
-			}
-			if err := replace(root, name); err != nil {
-				return fail(err)
-			}
-			if err := root.Symlink(hdr.Linkname, name); err != nil {
-				return fail(err)
-			}
-		default:
-			return fail(fmt.Errorf("unsupported entry type %q (only files, directories and symbolic links)", string(hdr.Typeflag)))
-		}
-	}
-	// Deepest first, so a read-only parent does not stop its children.
-	slices.Reverse(dirs)
-	for _, d := range dirs {
-		if err := root.Chmod(d.name, d.mode); err != nil {
-			return fmt.Errorf("airlock: untar: %s: %w", d.name, err)
-		}
-	}
-	return nil
-}
-
-// entryName checks a tar entry's name and returns it clean, slash-separated
-// and relative.
-func entryName(n string) (string, error) {
-	switch {
-	case n == "":
-		return "", errors.New("empty name")
-	case strings.IndexByte(n, 0) >= 0:
-		return "", errors.New("NUL in name")
-	case strings.HasPrefix(n, "/") || filepath.IsAbs(n) || filepath.VolumeName(n) != "":
-		return "", errors.New("absolute path refused")
-	case filepath.Separator != '/' && strings.ContainsRune(n, filepath.Separator):
-		return "", fmt.Errorf("name holds %q", filepath.Separator)
-	}
-	for _, part := range strings.Split(n, "/") {
-		if part == ".." {
-			return "", errors.New(`".." refused`)
-		}
-	}
-	return path.Clean(n), nil
-}
-
-// replace removes name if it exists and is not a directory.
-func replace(root *os.Root, name string) error {
-	fi, err := root.Lstat(name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if fi.IsDir() {
-		return errors.New("a directory is in the way")
-	}
-	return root.Remove(name)
 }

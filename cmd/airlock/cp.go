@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/internal/errdefs"
+	"github.com/airlock-dev/airlock/internal/policy"
 )
 
 func newCpCmd() *cobra.Command {
@@ -31,11 +32,25 @@ file whose name looks like ID:PATH.
 
 As with docker cp: when DST is an existing directory, SRC lands inside it
 under its own name; otherwise DST is the name of the copy (its parent must
-exist). Symbolic links are copied as links, never followed; only files,
-directories and links are copied.`,
+exist). Only files, directories and symbolic links are copied.
+
+Into a sandbox, symbolic links are copied as links, never followed.
+
+From a sandbox: a SRC that is a link is followed in the sandbox (its copy
+is what it points to). In a tree, links that lead, followed in the copy,
+only within the tree are kept; the others are left out with a warning
+listing them, or with --follow-links copied as the file they point to in
+the sandbox. cp never writes through, or replaces, a link at DST. Sparse
+files stay sparse. FIFOs, sockets and devices are refused. The copy may
+carry at most --max-size bytes (the files' sizes, holes included, count
+too); past it cp fails and leaves nothing behind.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, dst, err := parseCpArgs(args[0], args[1])
+			if err != nil {
+				return err
+			}
+			opts, err := downloadOptions(cmd, !dst.remote)
 			if err != nil {
 				return err
 			}
@@ -47,7 +62,7 @@ directories and links are copied.`,
 			if dst.remote {
 				err = cpToSandbox(ctx, c, src.path, dst, cmd.InOrStdin())
 			} else {
-				err = cpFromSandbox(ctx, c, src, dst.path, cmd.OutOrStdout())
+				err = cpFromSandbox(ctx, c, src, dst.path, opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
 			if err != nil {
 				return apiFail(cmd, c, "cp", err)
@@ -56,7 +71,32 @@ directories and links are copied.`,
 		},
 	}
 	addHostFlag(cmd)
+	cmd.Flags().String("max-size", "1G", "from a sandbox: the most the copy may carry (e.g. 500M, 20G)")
+	cmd.Flags().Bool("follow-links", false, "from a sandbox: copy a link that leads out of the tree as the file it points to, instead of leaving it out")
 	return cmd
+}
+
+// downloadOptions reads cp's download flags; they are refused on an
+// upload.
+func downloadOptions(cmd *cobra.Command, download bool) (client.DownloadOptions, error) {
+	var opts client.DownloadOptions
+	f := cmd.Flags()
+	if !download {
+		for _, name := range []string{"max-size", "follow-links"} {
+			if f.Changed(name) {
+				return opts, fmt.Errorf("cp: --%s applies to copies from a sandbox", name)
+			}
+		}
+		return opts, nil
+	}
+	v, _ := f.GetString("max-size")
+	n, err := policy.ParseSize(v)
+	if err != nil || n <= 0 {
+		return opts, fmt.Errorf("cp: --max-size %q: want a positive size, e.g. 500M or 20G", v)
+	}
+	opts.MaxSize = n
+	opts.FollowLinks, _ = f.GetBool("follow-links")
+	return opts, nil
 }
 
 // cpArg is one side of cp: a local path (or "-") or a path in a sandbox.
@@ -174,10 +214,11 @@ func cpToSandbox(ctx context.Context, c *client.Client, src string, dst cpArg, s
 }
 
 // cpFromSandbox copies the file or tree src of a sandbox to the local path
-// dst ("-": a tar stream on stdout).
-func cpFromSandbox(ctx context.Context, c *client.Client, src cpArg, dst string, stdout io.Writer) error {
+// dst ("-": a tar stream on stdout, as the daemon sends it) and warns on
+// stderr of the links it left out.
+func cpFromSandbox(ctx context.Context, c *client.Client, src cpArg, dst string, opts client.DownloadOptions, stdout, stderr io.Writer) error {
 	if dst == "-" {
-		rc, err := c.Download(ctx, src.id, src.path)
+		rc, err := c.Download(ctx, src.id, src.path, opts)
 		if err != nil {
 			return err
 		}
@@ -185,41 +226,56 @@ func cpFromSandbox(ctx context.Context, c *client.Client, src cpArg, dst string,
 		_, err = io.Copy(stdout, rc)
 		return err
 	}
-	rfi, err := c.Stat(ctx, src.id, src.path)
-	if err != nil {
-		return err
-	}
-	var dir, name string
-	lfi, err := os.Stat(dst)
+	target := dst
+	// Lstat: a link at dst is not followed (a trailing slash asks for the
+	// directory it points to).
+	lfi, err := os.Lstat(dst)
 	switch {
+	case err == nil && lfi.Mode()&fs.ModeSymlink != 0:
+		to, _ := os.Readlink(dst)
+		return fmt.Errorf("%s is a symbolic link (to %s): cp neither writes through nor replaces one; remove it, or write %s/ to copy into the directory it points to", dst, to, dst)
 	case err == nil && lfi.IsDir():
-		dir = dst
-		if name, err = remoteBase(src.path); err != nil {
+		name, err := remoteBase(src.path)
+		if err != nil {
 			return err
 		}
+		target = filepath.Join(dst, name)
 	case err == nil:
-		if rfi.Dir {
-			return fmt.Errorf("cannot copy directory %s:%s onto file %s", src.id, src.path, dst)
-		}
-		dir, name = filepath.Dir(dst), filepath.Base(dst)
 	case errors.Is(err, fs.ErrNotExist):
 		if strings.HasSuffix(dst, string(filepath.Separator)) {
 			return fmt.Errorf("directory %s does not exist", dst)
 		}
-		dir, name = filepath.Dir(dst), filepath.Base(dst)
 	default:
 		return err
 	}
-	rc, err := c.Download(ctx, src.id, src.path)
+	x, err := c.DownloadTo(ctx, src.id, src.path, target, opts)
 	if err != nil {
 		return err
 	}
-	defer rc.Close()
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(renameTar(pw, rc, name)) }()
-	err = client.UntarTo(dir, pr)
-	pr.CloseWithError(errors.New("extraction ended"))
-	return err
+	warnSkipped(stderr, x.SkippedLinks)
+	return nil
+}
+
+// maxListed bounds the links a warning lists.
+const maxListed = 20
+
+// warnSkipped tells which links a copy left out.
+func warnSkipped(w io.Writer, skipped []client.SkippedLink) {
+	if len(skipped) == 0 {
+		return
+	}
+	what := fmt.Sprintf("%d symbolic links that lead", len(skipped))
+	if len(skipped) == 1 {
+		what = "1 symbolic link that leads"
+	}
+	fmt.Fprintf(w, "airlock: cp: left out %s out of the copied tree (--follow-links copies the files they point to):\n", what)
+	for i, l := range skipped {
+		if i == maxListed {
+			fmt.Fprintf(w, "  ... and %d more\n", len(skipped)-maxListed)
+			break
+		}
+		fmt.Fprintf(w, "  %s -> %s\n", l.Name, l.Target)
+	}
 }
 
 // renameTar copies the tar stream r to w with its one top-level entry

@@ -3,10 +3,13 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/airlock-dev/airlock/client"
 )
 
 func TestParseCpArgs(t *testing.T) {
@@ -139,5 +142,56 @@ func TestExecArgs(t *testing.T) {
 	}
 	if _, _, err := execArgs([]string{"sb-0123456789abcdef", "--"}); err == nil {
 		t.Error("no command accepted")
+	}
+}
+
+func TestDownloadOptions(t *testing.T) {
+	parse := func(download bool, args ...string) (client.DownloadOptions, error) {
+		cmd := newCpCmd()
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		return downloadOptions(cmd, download)
+	}
+	if o, err := parse(true); err != nil || o.MaxSize != 1<<30 || o.FollowLinks {
+		t.Errorf("defaults: %+v, %v; want 1 GiB, links not followed", o, err)
+	}
+	if o, err := parse(true, "--max-size", "20G", "--follow-links"); err != nil || o.MaxSize != 20<<30 || !o.FollowLinks {
+		t.Errorf("--max-size 20G --follow-links: %+v, %v", o, err)
+	}
+	for _, bad := range []string{"0", "-1", "lots", "1Q"} {
+		if _, err := parse(true, "--max-size", bad); err == nil || !strings.Contains(err.Error(), "--max-size") {
+			t.Errorf("--max-size %s: %v", bad, err)
+		}
+	}
+	// Uploads take neither.
+	if _, err := parse(false); err != nil {
+		t.Errorf("upload without the flags: %v", err)
+	}
+	for _, f := range [][]string{{"--max-size", "1M"}, {"--follow-links"}} {
+		if _, err := parse(false, f...); err == nil || !strings.Contains(err.Error(), "from a sandbox") {
+			t.Errorf("upload with %v: %v", f, err)
+		}
+	}
+}
+
+func TestWarnSkipped(t *testing.T) {
+	var b bytes.Buffer
+	warnSkipped(&b, nil)
+	if b.Len() != 0 {
+		t.Errorf("nothing skipped, yet: %q", b.String())
+	}
+	warnSkipped(&b, []client.SkippedLink{{Name: "out/a", Target: "/etc/shadow"}})
+	if got := b.String(); !strings.Contains(got, "left out 1 symbolic link that leads out") || !strings.Contains(got, "  out/a -> /etc/shadow\n") {
+		t.Errorf("one: %q", got)
+	}
+	var many []client.SkippedLink
+	for i := range 25 {
+		many = append(many, client.SkippedLink{Name: fmt.Sprint("l", i), Target: "/"})
+	}
+	b.Reset()
+	warnSkipped(&b, many)
+	if got := b.String(); !strings.Contains(got, "left out 25 symbolic links that lead out") || strings.Count(got, " -> ") != maxListed || !strings.Contains(got, "and 5 more") {
+		t.Errorf("25: %q", got)
 	}
 }

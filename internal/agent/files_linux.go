@@ -99,16 +99,20 @@ func (s *Server) file(req *FileRequest, files []*os.File) {
 			fail(invalidf("read wants one descriptor"))
 			return
 		}
-		f, err := os.Open(path)
+		// Opened without blocking (a FIFO would hang the request); only a
+		// regular file is read.
+		f, err := openRegular(path)
 		if err == nil {
 			var fi os.FileInfo
-			if fi, err = f.Stat(); err == nil && fi.IsDir() {
-				err = &fs.PathError{Op: "read", Path: path, Err: unix.EISDIR}
-			} else if err == nil {
+			if fi, err = f.Stat(); err == nil {
 				res.Stat = info(path, fi)
 			}
 			if err != nil {
 				f.Close()
+			}
+		} else if errors.Is(err, unix.EISDIR) || isInvalid(err) {
+			if fi, serr := os.Stat(path); serr == nil && fi.IsDir() {
+				err = &fs.PathError{Op: "read", Path: path, Err: unix.EISDIR}
 			}
 		}
 		if err != nil {
@@ -117,12 +121,13 @@ func (s *Server) file(req *FileRequest, files []*os.File) {
 			return
 		}
 		// The answer goes first; the content follows on the descriptor,
-		// which closes at its end (Stat.Size tells a short read).
-		go func(dst *os.File) {
+		// which closes at its end (Stat.Size tells a short read; a file
+		// that grew is cut at the size announced).
+		go func(dst *os.File, n int64) {
 			defer dst.Close()
 			defer f.Close()
-			io.Copy(dst, f)
-		}(files[0])
+			io.CopyN(dst, f, n)
+		}(files[0], res.Stat.Size)
 	case FileWrite:
 		if len(files) != 1 {
 			closeAll(files)
@@ -146,18 +151,21 @@ func (s *Server) file(req *FileRequest, files []*os.File) {
 			fail(invalidf("tar_out wants one descriptor"))
 			return
 		}
-		fi, err := os.Lstat(path)
-		if err != nil {
-			files[0].Close()
-			fail(err)
-			return
-		}
-		res.Stat = info(path, fi)
-		// Answer first; the stream follows and its end closes the pipe (a
-		// truncated stream is an invalid tar for the reader).
+		// The archive is checked (its size, the kinds of its files) by a
+		// first walk; the answer follows, then the stream, whose end
+		// closes the pipe (a truncated stream is an invalid tar).
+		res = nil
 		go func(dst *os.File) {
 			defer dst.Close()
-			tarOut(path, dst)
+			answered := false
+			err := tarOut(path, dst, archiveOptions{max: req.Max, follow: req.Follow}, func() error {
+				answered = true
+				s.send(&Message{Type: TypeFileResult, Result: &FileResult{Seq: req.Seq}})
+				return nil
+			})
+			if err != nil && !answered {
+				s.send(&Message{Type: TypeFileResult, Result: &FileResult{Seq: req.Seq, Error: err.Error(), Kind: errKind(err)}})
+			}
 		}(files[0])
 	case FileTarIn:
 		if len(files) != 1 {
@@ -252,11 +260,27 @@ func invalidf(format string, args ...any) error {
 	return invalidError(fmt.Sprintf(format, args...))
 }
 
+func isInvalid(err error) bool {
+	var inv invalidError
+	return errors.As(err, &inv)
+}
+
+type tooLargeError string
+
+func (e tooLargeError) Error() string { return string(e) }
+
+func tooLargef(format string, args ...any) error {
+	return tooLargeError(fmt.Sprintf(format, args...))
+}
+
 func errKind(err error) string {
 	var inv invalidError
+	var big tooLargeError
 	switch {
 	case errors.As(err, &inv):
 		return KindInvalid
+	case errors.As(err, &big):
+		return KindTooLarge
 	case errors.Is(err, fs.ErrNotExist):
 		return KindNotFound
 	case errors.Is(err, fs.ErrExist), errors.Is(err, unix.ENOTEMPTY):

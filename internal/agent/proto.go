@@ -53,7 +53,7 @@ const (
 	FileRename = "rename"
 	FileRead   = "read"    // content written to the descriptor that comes with the request
 	FileWrite  = "write"   // content read from the descriptor, replaced atomically
-	FileTarOut = "tar_out" // Path (file or tree) as a tar stream to the descriptor
+	FileTarOut = "tar_out" // Path (file or tree) as a tar stream to the descriptor; Max, Follow
 	FileTarIn  = "tar_in"  // a tar stream from the descriptor extracted into Path
 )
 
@@ -63,6 +63,7 @@ const (
 	KindExists     = "exists"
 	KindInvalid    = "invalid"
 	KindPermission = "permission"
+	KindTooLarge   = "too_large"
 	KindOther      = "other"
 )
 
@@ -121,6 +122,11 @@ type FileRequest struct {
 	To        string `json:"to,omitempty"`
 	Mode      uint32 `json:"mode,omitempty"`
 	Recursive bool   `json:"recursive,omitempty"`
+	// Max bounds a tar_out (bytes, see archiveSize); 0: no bound.
+	Max int64 `json:"max,omitempty"`
+	// Follow makes tar_out archive a symlink that leads out of the tree
+	// as the regular file it points to.
+	Follow bool `json:"follow,omitempty"`
 }
 
 // FileResult answers a FileRequest.

@@ -64,11 +64,24 @@ type Files interface {
 	ReadFile(ctx context.Context, path string) (io.ReadCloser, FileInfo, error)
 	// WriteFile replaces path atomically with everything r yields.
 	WriteFile(ctx context.Context, path string, mode os.FileMode, r io.Reader) error
-	// Download streams path (a file or a tree) as a tar archive.
-	Download(ctx context.Context, path string) (io.ReadCloser, error)
+	// Download streams path (a file or a tree; a symlink given as path
+	// is followed) as a tar archive. Sparse files stay sparse; FIFOs,
+	// sockets and devices are refused (ErrInvalid), as is an archive over
+	// opts.MaxSize (ErrTooLarge), before the stream starts.
+	Download(ctx context.Context, path string, opts DownloadOptions) (io.ReadCloser, error)
 	// Upload extracts the tar archive r yields into the directory dir;
 	// entries that would leave dir are refused (ErrInvalid).
 	Upload(ctx context.Context, dir string, r io.Reader) error
+}
+
+// DownloadOptions say how Download archives a path.
+type DownloadOptions struct {
+	// MaxSize bounds the archive: its bytes, and the sizes of the files
+	// in it (holes included); 0: no bound.
+	MaxSize int64
+	// FollowLinks archives a symlink of the tree that leads out of it as
+	// the regular file it points to.
+	FollowLinks bool
 }
 
 // FileInfo describes a file in a sandbox.
@@ -88,6 +101,7 @@ var (
 	ErrExists     = errdefs.ErrExists
 	ErrInvalid    = errdefs.ErrInvalid
 	ErrPermission = errdefs.ErrPermission
+	ErrTooLarge   = errdefs.ErrTooLarge
 )
 
 // OutputReader is implemented by processes started with Capture.

@@ -1,6 +1,10 @@
 package server
 
 import (
+	"archive/tar"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -39,7 +43,25 @@ func (s *Server) body(w http.ResponseWriter, r *http.Request) io.Reader {
 	return r.Body
 }
 
+// downloadMax is the max_size parameter of a download: the most it may
+// carry (api.DefaultMaxDownload when not given).
+func downloadMax(r *http.Request) (int64, error) {
+	v := r.URL.Query().Get("max_size")
+	if v == "" {
+		return api.DefaultMaxDownload, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, badRequest("max_size=%q: want a positive number of bytes", v)
+	}
+	return n, nil
+}
+
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
+	max, err := downloadMax(r)
+	if err != nil {
+		return err
+	}
 	fs, p, err := s.files(r)
 	if err != nil {
 		return err
@@ -52,12 +74,15 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
 	if fi.Dir {
 		return badRequest("path %s is a directory (use files/list, or archive to download it)", errdefs.Quote(p))
 	}
+	if fi.Size > max {
+		return fmt.Errorf("%s: %d bytes, over the limit of %d: raise it with max_size: %w", p, fi.Size, max, errdefs.ErrTooLarge)
+	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size, 10))
 	w.Header().Set(api.HeaderFileSize, strconv.FormatInt(fi.Size, 10))
 	w.Header().Set(api.HeaderFileMode, "0"+strconv.FormatUint(uint64(fi.Mode.Perm()), 8))
 	w.WriteHeader(http.StatusOK)
-	_, err = io.Copy(w, rc)
+	_, err = io.CopyN(w, rc, fi.Size)
 	return err
 }
 
@@ -188,33 +213,116 @@ func (s *Server) rename(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
+	max, err := downloadMax(r)
+	if err != nil {
+		return err
+	}
+	follow, err := boolParam(r, "follow_links", false)
+	if err != nil {
+		return err
+	}
 	fs, p, err := s.files(r)
 	if err != nil {
 		return err
 	}
-	rc, err := fs.Download(r.Context(), p)
+	// The agent answers once it has checked the archive (its size, the
+	// kinds of its files): its refusals are errors here, before the status.
+	rc, err := fs.Download(r.Context(), p, runtime.DownloadOptions{MaxSize: max, FollowLinks: follow})
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	// The first bytes tell whether the path exists: read them before the
-	// status goes out, so a missing path is a 404, not a broken tar.
-	buf := make([]byte, 32<<10)
-	n, rerr := io.ReadFull(rc, buf)
-	if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
-		return rerr
-	}
+	return s.sendArchive(w, p, rc, max)
+}
+
+// sendArchive answers with the archive of p that rc streams, as
+// forwardArchive checks it. A fault found after the status went out is
+// sent as the api.HeaderError trailer, the stream cut short of a whole
+// block so that no tar reader takes it for a complete archive.
+func (s *Server) sendArchive(w http.ResponseWriter, p string, rc io.Reader, max int64) error {
 	w.Header().Set("Content-Type", "application/x-tar")
+	w.Header().Set("Trailer", api.HeaderError)
 	w.WriteHeader(http.StatusOK)
-	if _, err := w.Write(buf[:n]); err != nil {
-		return err
+	sent, err := forwardArchive(w, rc, max)
+	if err != nil {
+		if sent%512 == 0 {
+			w.Write([]byte{0xff})
+		}
+		_, body, _ := classify(fmt.Errorf("download of %s: %w", p, err))
+		s.met.Error(body.Code)
+		b, _ := json.Marshal(body)
+		w.Header().Set(api.HeaderError, string(b))
 	}
-	if rerr != nil {
-		return nil
-	}
-	_, err = io.Copy(w, rc)
 	return err
 }
+
+// forwardArchive copies the tar stream src, from a sandbox and so
+// untrusted, to w as it reads it, and checks it on the way: at most max
+// bytes, regular files whose sizes (holes of sparse files included) add up
+// to at most max, and nothing but files, directories and symlinks. It
+// stops at the archive's end (what follows is dropped) or at the first
+// fault, and returns how many bytes went to w.
+func forwardArchive(w io.Writer, src io.Reader, max int64) (int64, error) {
+	lw := &limitWriter{w: w, max: max}
+	tr := tar.NewReader(io.TeeReader(src, lw))
+	var content int64
+	for {
+		hdr, err := tr.Next()
+		switch {
+		case lw.over:
+			return lw.n, tooLarge(max)
+		case lw.err != nil:
+			return lw.n, lw.err
+		case err == io.EOF:
+			return lw.n, nil
+		case err != nil:
+			return lw.n, fmt.Errorf("the sandbox's archive broke off: %v", err)
+		}
+		switch hdr.Typeflag {
+		case tar.TypeReg:
+			if content += hdr.Size; content > max {
+				return lw.n, tooLarge(max)
+			}
+		case tar.TypeDir, tar.TypeSymlink:
+		default:
+			return lw.n, fmt.Errorf("the sandbox's archive holds %q of type %q (only files, directories and symbolic links are sent)", hdr.Name, string(hdr.Typeflag))
+		}
+	}
+}
+
+func tooLarge(max int64) error {
+	return fmt.Errorf("more than %d bytes, the limit: raise it with max_size: %w", max, errdefs.ErrTooLarge)
+}
+
+// limitWriter passes at most max bytes on to w.
+type limitWriter struct {
+	w      io.Writer
+	max, n int64
+	over   bool
+	err    error // w's
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if l.over || l.err != nil {
+		return 0, errStop
+	}
+	q := p
+	if int64(len(q)) > l.max-l.n {
+		q, l.over = q[:l.max-l.n], true
+	}
+	n, err := l.w.Write(q)
+	l.n += int64(n)
+	if err != nil {
+		l.err = err
+		return n, err
+	}
+	if l.over {
+		return n, errStop
+	}
+	return n, nil
+}
+
+var errStop = errors.New("download stopped")
 
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) error {
 	fs, p, err := s.files(r)

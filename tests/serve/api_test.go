@@ -29,7 +29,7 @@ func TestFiles(t *testing.T) {
 	if err := d.c.WriteFile(ctx, sb.ID, "dir/a.txt", 0o640, strings.NewReader("hello")); err != nil {
 		t.Fatal(err)
 	}
-	rc, fi, err := d.c.ReadFile(ctx, sb.ID, "/workspace/dir/a.txt")
+	rc, fi, err := d.c.ReadFile(ctx, sb.ID, "/workspace/dir/a.txt", client.DownloadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestFiles(t *testing.T) {
 	if out := d.sh(t, sb.ID, "cat up/t/one up/t/sub/two"); out != "122" {
 		t.Fatalf("uploaded: %q", out)
 	}
-	rc, err = d.c.Download(ctx, sb.ID, "up")
+	rc, err = d.c.Download(ctx, sb.ID, "up", client.DownloadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,8 @@ func kindError(res *agent.FileResult) error {
 		kind = runtime.ErrInvalid
 	case agent.KindPermission:
 		kind = runtime.ErrPermission
+	case agent.KindTooLarge:
+		kind = runtime.ErrTooLarge
 	default:
 		return errors.New(res.Error)
 	}
@@ -112,9 +114,11 @@ func (sb *sandbox) ReadFile(ctx context.Context, path string) (io.ReadCloser, ru
 	return r, fileInfo(res.Stat), nil
 }
 
-// Download implements runtime.Files.
-func (sb *sandbox) Download(ctx context.Context, path string) (io.ReadCloser, error) {
-	r, _, err := sb.streamOut(ctx, &agent.FileRequest{Op: agent.FileTarOut, Path: path})
+// Download implements runtime.Files. The agent checks the archive before
+// it answers, so its refusals come back as errors; the stream that follows
+// is the sandbox's, to be checked by the caller.
+func (sb *sandbox) Download(ctx context.Context, path string, opts runtime.DownloadOptions) (io.ReadCloser, error) {
+	r, _, err := sb.streamOut(ctx, &agent.FileRequest{Op: agent.FileTarOut, Path: path, Max: opts.MaxSize, Follow: opts.FollowLinks})
 	return r, err
 }
 

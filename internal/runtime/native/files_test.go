@@ -171,7 +171,7 @@ func TestUploadDownload(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(ws, "in", "sub", "b.txt")); string(b) != "B" {
 		t.Fatalf("host sees %q in in/sub/b.txt", b)
 	}
-	rc, err := fs.Download(ctx, "in")
+	rc, err := fs.Download(ctx, "in", runtime.DownloadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
