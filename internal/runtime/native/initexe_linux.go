@@ -1,10 +1,14 @@
 package native
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -48,9 +52,17 @@ var embeddedInit = sync.OnceValues(func() (*os.File, error) {
 		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), "airlock-init")
-	if _, err := f.Write(bin); err != nil {
-		f.Close()
-		return nil, err
+	if err := copyFromExe(f, bin); err != nil {
+		// Copying from memory faults every page of the program into this
+		// process first: slower, but always possible.
+		if err := f.Truncate(0); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if _, err := f.WriteAt(bin, 0); err != nil {
+			f.Close()
+			return nil, err
+		}
 	}
 	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
 	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, seals); err != nil {
@@ -59,3 +71,76 @@ var embeddedInit = sync.OnceValues(func() (*os.File, error) {
 	}
 	return f, nil
 })
+
+// copyFromExe fills f with bin by copying it, inside the kernel, from the
+// part of this program's executable file that the embedded bytes are mapped
+// from: the page cache is shared and warm, so nothing is faulted into this
+// process (a plain write of the 4.6 MB cost about a tenth of `airlock run`'s
+// CPU time).
+func copyFromExe(f *os.File, bin []byte) error {
+	addr := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(bin))))
+	exe, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return err
+	}
+	defer exe.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(exe.Fd()), &st); err != nil {
+		return err
+	}
+	off, err := fileOffset(addr, st.Dev, st.Ino)
+	if err != nil {
+		return err
+	}
+	for n := len(bin); n > 0; {
+		w, err := unix.Sendfile(int(f.Fd()), int(exe.Fd()), &off, n)
+		if err != nil {
+			return err
+		}
+		if w == 0 {
+			return errors.New("sendfile: short copy")
+		}
+		n -= w
+	}
+	return nil
+}
+
+// fileOffset finds, in /proc/self/maps, the mapping of the file (dev, ino)
+// that holds addr and returns addr's offset in that file.
+func fileOffset(addr, dev, ino uint64) (int64, error) {
+	m, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return 0, err
+	}
+	defer m.Close()
+	sc := bufio.NewScanner(m)
+	for sc.Scan() {
+		// start-end perms offset major:minor inode path
+		f := strings.Fields(sc.Text())
+		if len(f) < 6 {
+			continue
+		}
+		lo, hi, ok := strings.Cut(f[0], "-")
+		if !ok {
+			continue
+		}
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		if err1 != nil || err2 != nil || addr < start || addr >= end {
+			continue
+		}
+		offset, err := strconv.ParseUint(f[2], 16, 64)
+		major, minor, _ := strings.Cut(f[3], ":")
+		maj, err3 := strconv.ParseUint(major, 16, 32)
+		min, err4 := strconv.ParseUint(minor, 16, 32)
+		inode, err5 := strconv.ParseUint(f[4], 10, 64)
+		if err != nil || err3 != nil || err4 != nil || err5 != nil {
+			return 0, errors.New("unreadable /proc/self/maps line")
+		}
+		if unix.Mkdev(uint32(maj), uint32(min)) != dev || inode != ino {
+			return 0, errors.New("the embedded init is not mapped from the executable")
+		}
+		return int64(addr - start + offset), nil
+	}
+	return 0, errors.New("the embedded init is not in a file mapping")
+}
