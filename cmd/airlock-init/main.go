@@ -22,9 +22,14 @@ func main() {
 	// Like airlock's own main: nothing inherited reaches a sandbox. fd 3 of
 	// the init and of the reaper is theirs; they handle it.
 	unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
-	// Run from a memfd, the process would be named after its descriptor
-	// ("11") in ps and top.
+	// Run from a memfd, the process and the runtime's threads would be
+	// named after its descriptor ("11") in ps and top.
 	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&[]byte("airlock-init\x00")[0])), 0, 0, 0)
+	if tasks, err := os.ReadDir("/proc/self/task"); err == nil {
+		for _, t := range tasks {
+			os.WriteFile("/proc/self/task/"+t.Name()+"/comm", []byte("airlock-init"), 0)
+		}
+	}
 	if got := os.Getenv(initbin.BuildEnv); got != initbin.BuildID {
 		// Started by an airlock built with another init: their protocol
 		// may differ. Refuse rather than guess.

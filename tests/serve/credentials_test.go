@@ -162,7 +162,7 @@ curl -s -m 10 -o /dev/null -w '%%{http_code}' -X POST -H "Authorization: token $
 	_, err = d.c.CreateSandbox(ctxT(t), &api.CreateSandboxRequest{Policy: strings.Replace(pol("github"), "{hosts: [api.example.com], secret:", "{hosts: [other.example.com], secret:", 1)})
 	wantCode(t, "the secret bound to another host", err, 400)
 	var ce *client.Error
-	if !errors.As(err, &ce) || !strings.Contains(ce.Message, `secret "github" may not be sent to other.example.com`) {
+	if !errors.As(err, &ce) || !strings.Contains(ce.Message, `secret "github" may not be sent to "other.example.com"`) {
 		t.Fatalf("the secret bound to another host: %v", err)
 	}
 	if after := d.stateEntries(); strings.Join(after, ",") != strings.Join(before, ",") {
