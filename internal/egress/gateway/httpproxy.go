@@ -462,10 +462,18 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 	}
 	out.URL.User = nil
 	stripHop(out.Header)
-	if ix != nil && icpt != nil {
-		// Credentials go upstream over TLS only, to the host they are
-		// bound to (the tunnel's, whose SNI and Host header were checked).
-		rec.Credential = strings.Join(icpt.Inject(out.Header, out.URL), ",")
+	var scrub *replacer
+	if icpt != nil {
+		if ix != nil {
+			// Credentials go upstream over TLS only, to the host they are
+			// bound to (the tunnel's, whose SNI and Host header were checked).
+			rec.Credential = strings.Join(icpt.Inject(out.Header, out.URL), ",")
+		}
+		if scrub = newReplacer(icpt.Scrub()); scrub != nil {
+			out.Header.Set("Accept-Encoding", "identity")
+			out.Header.Del("Range")
+			out.Header.Del("If-Range")
+		}
 	}
 	out.Header.Del("Expect") // answered here, below
 	if _, ok := out.Header["User-Agent"]; !ok {
@@ -539,8 +547,18 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 	}
 	stripHop(resp.Header)
 	if ix != nil && icpt != nil {
-		icpt.Scrub(resp.Header)
-		resp.Trailer = nil // sent after the body, past any scrubbing
+		resp.Trailer = nil // sent after the body
+	}
+	if scrub != nil {
+		scrub.header(resp.Header)
+		if err := scrubBody(resp, scrub); err != nil {
+			rec.Error = "response refused: " + err.Error()
+			keep = false // the body is not read
+			return refuse(http.StatusBadGateway, "", fmt.Sprintf("airlock egress: response from %s refused: %v (%s has credentials, whose secrets are scrubbed from responses)", tg, err, tg.host))
+		}
+		if req.ProtoAtLeast(1, 1) {
+			resp.TransferEncoding = []string{"chunked"}
+		}
 	}
 	// A streamed (or large) body is flushed to the client before each
 	// upstream read that may block; a small one goes out with the head.

@@ -37,12 +37,21 @@ type Interception interface {
 	// never values). It is called only for requests inside an intercepted
 	// TLS tunnel, which go upstream over TLS to the tunnel's host.
 	Inject(h http.Header, u *url.URL) []string
-	// Scrub puts placeholders back in place of secrets in the headers of
-	// the response to the request Inject saw, on its way to the sandbox
-	// (a server that echoes a credential, or redirects with it in the
-	// query, must not hand it over). The gateway drops the response's
-	// trailers. Bodies are not scrubbed.
-	Scrub(h http.Header)
+	// Scrub returns what must not reach the sandbox in the response to
+	// the request Inject saw (or to a plain-HTTP request, which Inject
+	// never sees), and what goes in its place: old, new pairs, every
+	// spelling of a secret the host may echo and its placeholder's. A
+	// server that echoes a credential, or redirects with it in the query,
+	// must not hand it over. nil: the host has no secrets.
+	//
+	// The gateway replaces the olds in the response's headers and,
+	// streaming, in its body (at one position the longest old), which it
+	// sends without a length; it asks upstream for an unencoded body
+	// (Accept-Encoding: identity) and whole (no Range: a range could cut
+	// a secret where no old matches), decodes gzip and deflate if the
+	// server encodes anyway, and refuses any other encoding. It drops
+	// the trailers of responses from intercepted tunnels.
+	Scrub() []string
 }
 
 // interceptFor returns the current policy's rules for tg, or nil. IP
