@@ -20,8 +20,11 @@ import (
 // into reads.
 type replacer struct {
 	olds, news [][]byte // longest old first
-	first      [256]bool
-	maxLen     int
+	// roots are the olds no other old is a prefix of: where an old
+	// occurs, one of them does, so only they are searched for.
+	roots  [][]byte
+	first  [256]bool
+	maxLen int
 }
 
 // newReplacer makes a replacer of old, new pairs, or returns nil when
@@ -50,12 +53,21 @@ func newReplacer(pairs []string) *replacer {
 		r.first[p.old[0]] = true
 		r.maxLen = max(r.maxLen, len(p.old))
 	}
+	for i, old := range r.olds {
+		root := true
+		for j, o := range r.olds {
+			root = root && (j == i || !bytes.HasPrefix(old, o))
+		}
+		if root {
+			r.roots = append(r.roots, old)
+		}
+	}
 	return r
 }
 
 // Replace returns s with every old replaced.
 func (r *replacer) Replace(s string) string {
-	out, _ := r.step(nil, []byte(s), true, make([]int, len(r.olds)))
+	out, _ := r.step(nil, []byte(s), true, make([]int, len(r.roots)))
 	return string(out)
 }
 
@@ -71,7 +83,7 @@ func (r *replacer) header(h http.Header) {
 // step appends buf to dst with olds replaced, and returns how much of buf
 // it consumed. Unless final, it holds back the bytes from the first
 // position whose rest of buf is a proper prefix of an old: what follows
-// decides them. next is scratch space, one int per old.
+// decides them. next is scratch space, one int per root.
 func (r *replacer) step(dst, buf []byte, final bool, next []int) ([]byte, int) {
 	for k := range next {
 		next[k] = -2 // not searched yet
@@ -84,30 +96,43 @@ func (r *replacer) step(dst, buf []byte, final bool, next []int) ([]byte, int) {
 				hold = r.partial(buf, i)
 			}
 		}
-		// The first match of each old at or after i; the earliest wins,
-		// the longest (first in olds) of those at one position.
-		m, mk := -1, -1
-		for k, old := range r.olds {
-			if next[k] == -2 || next[k] >= 0 && next[k] < i {
-				if j := bytes.Index(buf[i:], old); j >= 0 {
-					next[k] = i + j
-				} else {
-					next[k] = -1
-				}
-			}
-			if p := next[k]; p >= 0 && (m < 0 || p < m) {
-				m, mk = p, k
-			}
-		}
+		// The earliest match: the first of a root at or after i.
+		m := r.index(buf, i, next)
 		// A match at or after a held position waits: a longer old, or
 		// one starting earlier, may complete it.
 		if m < 0 || m >= hold {
 			return append(dst, buf[i:hold]...), hold
 		}
+		// The longest old there (none is cut short by the end of buf:
+		// that would be a held position).
+		mk := 0
+		for !bytes.HasPrefix(buf[m:], r.olds[mk]) {
+			mk++
+		}
 		dst = append(dst, buf[i:m]...)
 		dst = append(dst, r.news[mk]...)
 		i = m + len(r.olds[mk])
 	}
+}
+
+// index returns the first position at or after i where a root occurs in
+// buf, or -1. next caches each root's first position found (-2: not
+// searched yet; -1: none), still valid for an i at most that position.
+func (r *replacer) index(buf []byte, i int, next []int) int {
+	m := -1
+	for k, root := range r.roots {
+		if next[k] == -2 || next[k] >= 0 && next[k] < i {
+			if j := bytes.Index(buf[i:], root); j >= 0 {
+				next[k] = i + j
+			} else {
+				next[k] = -1
+			}
+		}
+		if p := next[k]; p >= 0 && (m < 0 || p < m) {
+			m = p
+		}
+	}
+	return m
 }
 
 // partial returns the first position p >= from where buf[p:] is a proper
@@ -144,35 +169,65 @@ type scrubReader struct {
 }
 
 func (r *replacer) reader(src io.Reader) *scrubReader {
-	return &scrubReader{r: r, src: src, in: make([]byte, 0, scrubChunk+r.maxLen), next: make([]int, len(r.olds))}
+	return &scrubReader{r: r, src: src, in: make([]byte, 0, scrubChunk+r.maxLen), next: make([]int, len(r.roots))}
 }
 
+// Read reads into p directly while nothing is replaced (in holds only
+// what was held back); otherwise through in and out.
 func (s *scrubReader) Read(p []byte) (int, error) {
 	for s.off == len(s.out) {
 		if s.err != nil {
 			return 0, s.err
 		}
-		if cap(s.in)-len(s.in) < scrubChunk/2 {
-			s.in = slices.Grow(s.in, scrubChunk)
-		}
-		n, err := s.src.Read(s.in[len(s.in):cap(s.in)])
-		s.in = s.in[:len(s.in)+n]
-		if err != nil {
-			s.err = err
-			if !errors.Is(err, io.EOF) {
-				// A broken stream: what is held back may be the start of
-				// a secret, cut short on purpose; it is dropped.
-				return 0, err
+		direct := len(p) >= len(s.in)+s.r.maxLen
+		var buf []byte
+		if direct {
+			h := copy(p, s.in)
+			n, err := s.src.Read(p[h:])
+			buf, s.err = p[:h+n], err
+		} else {
+			if cap(s.in)-len(s.in) < scrubChunk/2 {
+				s.in = slices.Grow(s.in, scrubChunk)
 			}
+			n, err := s.src.Read(s.in[len(s.in):cap(s.in)])
+			s.in, s.err = s.in[:len(s.in)+n], err
+			buf = s.in
+		}
+		if s.err != nil && !errors.Is(s.err, io.EOF) {
+			// A broken stream: what is held back may be the start of a
+			// secret, cut short on purpose; it is dropped.
+			return 0, s.err
+		}
+		final := s.err != nil
+		if direct {
+			hold := len(buf)
+			if !final {
+				hold = s.r.partial(buf, 0)
+			}
+			if m := s.r.index(buf, 0, s.resetNext()); m < 0 || m >= hold {
+				s.in = append(s.in[:0], buf[hold:]...)
+				if hold > 0 {
+					return hold, nil
+				}
+				continue
+			}
+			s.in = append(s.in[:0], buf...)
 		}
 		var used int
-		s.out, used = s.r.step(s.out[:0], s.in, err != nil, s.next)
+		s.out, used = s.r.step(s.out[:0], s.in, final, s.next)
 		s.off = 0
 		s.in = s.in[:copy(s.in, s.in[used:])]
 	}
 	n := copy(p, s.out[s.off:])
 	s.off += n
 	return n, nil
+}
+
+func (s *scrubReader) resetNext() []int {
+	for k := range s.next {
+		s.next[k] = -2
+	}
+	return s.next
 }
 
 // scrubBody makes resp's body go to the sandbox with r's olds replaced:

@@ -49,6 +49,22 @@ func (c *chunks) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// readSizes reads r to the end with buffers of random sizes.
+func readSizes(r io.Reader, rnd *rand.Rand) ([]byte, error) {
+	var out []byte
+	for {
+		p := make([]byte, 1+rnd.IntN(64))
+		n, err := r.Read(p)
+		out = append(out, p[:n]...)
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+}
+
 // TestReplacerStreams: whatever the cuts between reads, the stream comes
 // out as the whole string would, which is what the plain definition says;
 // overlapping olds, olds that are prefixes of others (base64 with and
@@ -82,6 +98,12 @@ func TestReplacerStreams(t *testing.T) {
 			got, err := io.ReadAll(r.reader(&chunks{data: []byte(in), rnd: rnd}))
 			if err != nil || string(got) != want {
 				t.Fatalf("pairs %q: streamed %q = %q (%v), want %q", pairs, in, got, err, want)
+			}
+			// Reads of any size, small ones too (which do not take the
+			// direct path).
+			got, err = readSizes(r.reader(&chunks{data: []byte(in), rnd: rnd}), rnd)
+			if err != nil || string(got) != want {
+				t.Fatalf("pairs %q: read in pieces %q = %q (%v), want %q", pairs, in, got, err, want)
 			}
 		}
 	}
@@ -181,9 +203,14 @@ func FuzzReplacerStream(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in string, seed uint64) {
 		r := newReplacer([]string{"s3cr3t", "PH", "c2VjcmV0", "cGg", "c2VjcmV0PQ==", "cGg9PQ==", "abab", "Z", "ab", ""})
 		want := r.Replace(in)
-		got, err := io.ReadAll(r.reader(&chunks{data: []byte(in), rnd: rand.New(rand.NewPCG(seed, seed))}))
+		rnd := rand.New(rand.NewPCG(seed, seed))
+		got, err := io.ReadAll(r.reader(&chunks{data: []byte(in), rnd: rnd}))
 		if err != nil || string(got) != want {
 			t.Fatalf("%q: streamed %q, whole %q", in, got, want)
+		}
+		got, err = readSizes(r.reader(&chunks{data: []byte(in), rnd: rnd}), rnd)
+		if err != nil || string(got) != want {
+			t.Fatalf("%q: read in pieces %q, whole %q", in, got, want)
 		}
 	})
 }
