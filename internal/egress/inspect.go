@@ -17,9 +17,10 @@ import (
 // compiled is a sandbox's network policy as the gateway asks it: host and
 // address rules, request rules of inspected hosts, and credentials.
 type compiled struct {
-	p     *rules.Policy
-	http  []httpRule
-	creds []*Bound
+	p       *rules.Policy
+	http    []httpRule
+	creds   []*Bound
+	refused []Endpoint // never dialed (HostAccess.Refused)
 }
 
 var _ gateway.Interceptor = (*compiled)(nil)
@@ -39,6 +40,11 @@ func (c *compiled) Host(host string, port int) gateway.Decision {
 }
 
 func (c *compiled) Addr(host string, ip netip.Addr, port int) gateway.Decision {
+	for _, e := range c.refused {
+		if e.matches(ip, port) {
+			return gateway.Decision{Rule: fmt.Sprintf("%s is %s, which sandboxes never reach", netip.AddrPortFrom(ip.Unmap(), uint16(port)), e.What)}
+		}
+	}
 	d := c.p.Addr(host, ip, port)
 	return gateway.Decision{Allow: d.Allow, Rule: d.Rule}
 }
