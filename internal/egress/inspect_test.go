@@ -117,6 +117,7 @@ func newUpstream(t *testing.T, cert *tls.Certificate) *upstream {
 //	                      more, the reflection again, with a Content-Length
 //	/repos/reflect-gzip   the reflection gzip-encoded, whatever was asked
 //	/repos/reflect-br     a body said to be brotli-encoded
+//	/repos/nocontent      204, no body
 //	/repos/random         3 MiB of random bytes, gzip-encoded if asked to
 //	                      (a control: nothing to scrub)
 func (u *upstream) reflect(w http.ResponseWriter, r *http.Request) bool {
@@ -154,6 +155,9 @@ func (u *upstream) reflect(w http.ResponseWriter, r *http.Request) bool {
 		zw.Close()
 		w.Header().Set("Content-Encoding", "gzip")
 		body = zb.Bytes()
+	case "nocontent":
+		w.WriteHeader(http.StatusNoContent)
+		return true
 	case "reflect-br":
 		w.Header().Set("Content-Encoding", "br")
 		body = dump.Bytes() // not brotli: the gateway must not look
@@ -842,6 +846,26 @@ func TestScrubBodies(t *testing.T) {
 	check("reflect-br", body)
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "cannot be scrubbed") {
 		t.Fatalf("reflect-br: %d %q", resp.StatusCode, body)
+	}
+	// Responses without a body (HEAD, 204) are sent as they came, and the
+	// kept-alive connection goes on (one connection for all three).
+	tr.MaxConnsPerHost = 1
+	for _, m := range []string{"HEAD", "GET"} {
+		req, _ := http.NewRequest(m, fmt.Sprintf("https://api.test:%d/repos/nocontent", h.api.port), nil)
+		if m == "HEAD" {
+			req.URL.Path = "/repos/reflect-large"
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", m, err)
+		}
+		resp.Body.Close()
+		if want := map[string]int{"HEAD": 200, "GET": 204}[m]; resp.StatusCode != want {
+			t.Fatalf("%s: %d", m, resp.StatusCode)
+		}
+	}
+	if resp, body := get(c, "api.test", h.api.port, "/repos/reflect", map[string]string{"Authorization": "Bearer " + ph}); resp.StatusCode != 200 || !bytes.Contains(body, []byte("Bearer "+ph)) {
+		t.Fatalf("after HEAD and 204: %d %q", resp.StatusCode, body)
 	}
 	// Control: without the secret in it, a body arrives byte for byte.
 	_, body = get(c, "api.test", h.api.port, "/repos/random", map[string]string{"Authorization": "Bearer " + ph})

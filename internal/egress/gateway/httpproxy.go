@@ -551,12 +551,13 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 	}
 	if scrub != nil {
 		scrub.header(resp.Header)
-		if err := scrubBody(resp, scrub); err != nil {
+		scrubbed, err := scrubBody(resp, scrub)
+		if err != nil {
 			rec.Error = "response refused: " + err.Error()
 			keep = false // the body is not read
 			return refuse(http.StatusBadGateway, "", fmt.Sprintf("airlock egress: response from %s refused: %v (%s has credentials, whose secrets are scrubbed from responses)", tg, err, tg.host))
 		}
-		if req.ProtoAtLeast(1, 1) {
+		if scrubbed && req.ProtoAtLeast(1, 1) {
 			resp.TransferEncoding = []string{"chunked"}
 		}
 	}

@@ -233,10 +233,11 @@ func (s *scrubReader) resetNext() []int {
 // scrubBody makes resp's body go to the sandbox with r's olds replaced:
 // decoded first if the server sent it gzip or deflate encoded (it was
 // asked for identity), and sent without a length, which replacing
-// changes. A body in another encoding cannot be scrubbed: an error.
-func scrubBody(resp *http.Response, r *replacer) error {
+// changes; false when there is no body (HEAD, 204, 304). A body in
+// another encoding cannot be scrubbed: an error.
+func scrubBody(resp *http.Response, r *replacer) (bool, error) {
 	if resp.Body == nil || resp.Body == http.NoBody {
-		return nil
+		return false, nil
 	}
 	var codings []string
 	for _, v := range resp.Header.Values("Content-Encoding") {
@@ -250,11 +251,11 @@ func scrubBody(resp *http.Response, r *replacer) error {
 	switch {
 	case len(codings) == 0:
 	case len(codings) > 1:
-		return fmt.Errorf("the body is encoded %s: it cannot be scrubbed of secrets", strings.Join(codings, ", "))
+		return false, fmt.Errorf("the body is encoded %s: it cannot be scrubbed of secrets", strings.Join(codings, ", "))
 	case codings[0] == "gzip" || codings[0] == "x-gzip":
 		zr, err := gzip.NewReader(body)
 		if err != nil {
-			return fmt.Errorf("the gzip-encoded body: %w", err)
+			return false, fmt.Errorf("the gzip-encoded body: %w", err)
 		}
 		body = zr
 	case codings[0] == "deflate":
@@ -263,14 +264,14 @@ func scrubBody(resp *http.Response, r *replacer) error {
 		if h, err := br.Peek(2); err == nil && h[0]&0x0f == 8 && (uint16(h[0])<<8|uint16(h[1]))%31 == 0 {
 			zr, err := zlib.NewReader(br)
 			if err != nil {
-				return fmt.Errorf("the deflate-encoded body: %w", err)
+				return false, fmt.Errorf("the deflate-encoded body: %w", err)
 			}
 			body = zr
 		} else {
 			body = flate.NewReader(br)
 		}
 	default:
-		return fmt.Errorf("the body is encoded %s: it cannot be scrubbed of secrets", codings[0])
+		return false, fmt.Errorf("the body is encoded %s: it cannot be scrubbed of secrets", codings[0])
 	}
 	resp.Header.Del("Content-Encoding")
 	resp.Header.Del("Content-Length")
@@ -279,5 +280,5 @@ func scrubBody(resp *http.Response, r *replacer) error {
 		io.Reader
 		io.Closer
 	}{r.reader(body), resp.Body}
-	return nil
+	return true, nil
 }
