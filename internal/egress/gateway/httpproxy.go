@@ -546,8 +546,8 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 		return refuse(http.StatusBadGateway, "", "airlock egress: protocol upgrades are not proxied: use CONNECT")
 	}
 	stripHop(resp.Header)
-	if ix != nil && icpt != nil {
-		resp.Trailer = nil // sent after the body
+	if ix != nil && icpt != nil || scrub != nil {
+		resp.Trailer = nil // sent after the body, unscrubbed
 	}
 	if scrub != nil {
 		scrub.header(resp.Header)
