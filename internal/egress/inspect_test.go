@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,7 +76,7 @@ func (u *upstream) count() int {
 	return len(u.got)
 }
 
-func newUpstream(t *testing.T, cert *tls.Certificate) *upstream {
+func newUpstream(t testing.TB, cert *tls.Certificate) *upstream {
 	u := &upstream{}
 	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
@@ -124,6 +125,11 @@ func (u *upstream) reflect(w http.ResponseWriter, r *http.Request) bool {
 	what, ok := strings.CutPrefix(r.URL.Path, "/repos/")
 	if !ok {
 		return false
+	}
+	if what == "bench" { // 64 MiB of random bytes, for BenchmarkInspectedDownload
+		w.Header().Set("Content-Length", fmt.Sprint(len(benchBody())))
+		w.Write(benchBody())
+		return true
 	}
 	var dump bytes.Buffer
 	keys := slices.Sorted(maps.Keys(r.Header))
@@ -189,7 +195,7 @@ func (u *upstream) lastSent() []byte {
 }
 
 // testPKI makes a CA and a server certificate for names.
-func testPKI(t *testing.T, names ...string) (*x509.CertPool, *tls.Certificate) {
+func testPKI(t testing.TB, names ...string) (*x509.CertPool, *tls.Certificate) {
 	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caT := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "upstream test CA"},
@@ -228,7 +234,7 @@ type harness struct {
 
 const testSecret = "s3cr3t-Token_value"
 
-func newHarness(t *testing.T, n policy.Network, withSetup bool, secret ...string) *harness {
+func newHarness(t testing.TB, n policy.Network, withSetup bool, secret ...string) *harness {
 	t.Helper()
 	h := &harness{logs: &bytes.Buffer{}}
 	var cert *tls.Certificate
@@ -830,8 +836,10 @@ func TestScrubBodies(t *testing.T) {
 	}
 	// Upstream was asked for identity and a whole body; it sent gzip
 	// anyway: the gateway decodes it.
+	c = h.client(false)
 	tr := c.Transport.(*http.Transport)
 	tr.DisableCompression = true // the client asks for gzip itself and decodes nothing
+	tr.MaxConnsPerHost = 1       // one connection for all that follows
 	resp, body = get(c, "api.test", h.api.port, "/repos/reflect-gzip", map[string]string{"Authorization": "Bearer " + ph, "Accept-Encoding": "gzip", "Range": "bytes=0-9"})
 	seen := h.api.last(t).header
 	if seen.Get("Accept-Encoding") != "identity" || seen.Get("Range") != "" {
@@ -848,8 +856,7 @@ func TestScrubBodies(t *testing.T) {
 		t.Fatalf("reflect-br: %d %q", resp.StatusCode, body)
 	}
 	// Responses without a body (HEAD, 204) are sent as they came, and the
-	// kept-alive connection goes on (one connection for all three).
-	tr.MaxConnsPerHost = 1
+	// kept-alive connection goes on.
 	for _, m := range []string{"HEAD", "GET"} {
 		req, _ := http.NewRequest(m, fmt.Sprintf("https://api.test:%d/repos/nocontent", h.api.port), nil)
 		if m == "HEAD" {
@@ -881,5 +888,54 @@ func TestScrubBodies(t *testing.T) {
 	}
 	if sent := h.other.lastSent(); resp.Header.Get("Content-Encoding") != "gzip" || resp.ContentLength != int64(len(sent)) || !bytes.Equal(body, sent) {
 		t.Fatalf("other.test: Content-Encoding %q, length %d, %d bytes; the server sent %d", resp.Header.Get("Content-Encoding"), resp.ContentLength, len(body), len(sent))
+	}
+}
+
+var benchBody = sync.OnceValue(func() []byte {
+	b := make([]byte, 64<<20)
+	mrand.NewChaCha8([32]byte{1}).Read(b)
+	return b
+})
+
+// cpuTime is the CPU time this process has used (user and system), in ns:
+// servers, gateway and client together.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// BenchmarkInspectedDownload: a 64 MiB download through an intercepted
+// tunnel, from a host with request rules only and from one with a
+// credential (whose body is scrubbed), in one process: what scrubbing
+// costs next to inspection alone.
+func BenchmarkInspectedDownload(b *testing.B) {
+	n := testNetwork()
+	n.HTTP = append(n.HTTP, policy.HTTPRule{Hosts: []string{"other.test"}})
+	h := newHarness(b, n, true)
+	ph := h.setup.Env["API_TOKEN"]
+	buf := make([]byte, 32<<10)
+	for _, tc := range []struct{ name, host string }{{"Inspected", "other.test"}, {"Credential", "api.test"}} {
+		b.Run(tc.name, func(b *testing.B) {
+			c := h.client(false)
+			port := map[string]int{"other.test": h.other.port, "api.test": h.api.port}[tc.host]
+			b.SetBytes(int64(len(benchBody())))
+			cpu0 := cpuTime()
+			for b.Loop() {
+				req, _ := http.NewRequest("GET", fmt.Sprintf("https://%s:%d/repos/bench", tc.host, port), nil)
+				req.Header.Set("Authorization", "Bearer "+ph)
+				resp, err := c.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, err := io.CopyBuffer(io.Discard, resp.Body, buf)
+				resp.Body.Close()
+				if err != nil || n != int64(len(benchBody())) {
+					b.Fatal(n, err)
+				}
+			}
+			// CPU time is steadier than wall time on a shared machine.
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N)/float64(len(benchBody())>>20), "cpu-ns/MiB")
+		})
 	}
 }

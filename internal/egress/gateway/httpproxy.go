@@ -561,11 +561,6 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 			resp.TransferEncoding = []string{"chunked"}
 		}
 	}
-	// A streamed (or large) body is flushed to the client before each
-	// upstream read that may block; a small one goes out with the head.
-	rb := &respBody{src: resp.Body, g: g, c: c, bw: bw, touch: touch,
-		flushEarly: resp.ContentLength < 0 || resp.ContentLength > smallBody}
-	resp.Body = rb
 	resp.ProtoMajor, resp.ProtoMinor = 1, 1
 	if !req.ProtoAtLeast(1, 1) {
 		resp.ProtoMinor, resp.TransferEncoding = 0, nil
@@ -574,9 +569,24 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 		keep = false // close-delimited: Response.Write says Connection: close
 	}
 	resp.Close = !keep
+	// A chunk is written as its size line, its data and a CRLF: through a
+	// writer that holds a whole chunk, each goes out in one write rather
+	// than three (the small one's buffer fills mid-chunk).
+	w := bw
+	if isChunked(resp.TransferEncoding) {
+		w = bufio.NewWriterSize(bw, chunkBuf)
+	}
+	// A streamed (or large) body is flushed to the client before each
+	// upstream read that may block; a small one goes out with the head.
+	rb := &respBody{src: resp.Body, g: g, c: c, bw: w, touch: touch,
+		flushEarly: resp.ContentLength < 0 || resp.ContentLength > smallBody}
+	resp.Body = rb
 	c.SetWriteDeadline(time.Now().Add(idle))
-	err = resp.Write(respWriter{bw})
+	err = resp.Write(respWriter{w})
 	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil && w != bw {
 		err = bw.Flush()
 	}
 	c.SetWriteDeadline(time.Time{})
@@ -621,6 +631,10 @@ func authority(tg target, defPort int) string {
 
 // smallBody is the largest response body sent with its head in one write.
 const smallBody = 64 << 10
+
+// chunkBuf holds a chunk of a chunked response and its framing: reads of
+// the body return at most 32 KiB (io.Copy's buffer).
+const chunkBuf = 32<<10 + 64
 
 // respWriter writes a response to the client's bufio.Writer. It hides
 // bufio.Writer.ReadFrom (so that respBody.Read may flush between writes)

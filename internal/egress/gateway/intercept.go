@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -154,10 +155,13 @@ func (g *Gateway) interceptTLS(c *conn, rec *Record, tg target, v verdict, hello
 		endTunnel(rec, c, cc.in.Load(), cc.out.Load(), fmt.Errorf("TLS handshake with the sandbox: %w", err))
 		return
 	}
-	ix := &intercepted{tg: tg, v: v, client: tc}
+	// Each write to the sandbox goes out as one write to the socket,
+	// however many TLS records it makes.
+	w := &recordWriter{Conn: tc, cc: cc}
+	ix := &intercepted{tg: tg, v: v, client: w}
 	ix.transport = g.upstreamTLS(ix)
 	defer ix.transport.CloseIdleConnections()
-	g.serveRequests(c, tc, ix)
+	g.serveRequests(c, w, ix)
 	c.SetWriteDeadline(time.Now().Add(lingerTimeout))
 	tc.CloseWrite() // close_notify
 	rec.Addr = ix.dialed()
@@ -209,11 +213,18 @@ func (g *Gateway) upstreamTLS(ix *intercepted) *http.Transport {
 }
 
 // countConn counts a client connection's bytes (TLS records included),
-// reading through r.
+// reading through r. While held, writes are gathered and go out together
+// at release: a TLS write of 16 KiB and a few bytes is two records, but
+// need not be two writes to the socket.
 type countConn struct {
 	net.Conn
 	r       io.Reader
 	in, out atomic.Int64
+
+	wmu     sync.Mutex // held while writing to Conn
+	mu      sync.Mutex // guards held and pending
+	held    bool
+	pending []byte
 }
 
 func (c *countConn) Read(p []byte) (int, error) {
@@ -223,7 +234,62 @@ func (c *countConn) Read(p []byte) (int, error) {
 }
 
 func (c *countConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	if c.held {
+		c.pending = append(c.pending, p...)
+		c.mu.Unlock()
+		return len(p), nil
+	}
+	c.mu.Unlock()
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	n, err := c.Conn.Write(p)
 	c.out.Add(int64(n))
+	return n, err
+}
+
+func (c *countConn) hold() {
+	c.mu.Lock()
+	c.held = true
+	c.mu.Unlock()
+}
+
+// release writes what was gathered since hold, in one write.
+func (c *countConn) release() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	c.held = false
+	data := c.pending
+	c.pending = c.pending[:0]
+	c.mu.Unlock()
+	if len(data) == 0 {
+		return nil
+	}
+	n, err := c.Conn.Write(data)
+	c.out.Add(int64(n))
+	if n < len(data) && err == nil {
+		err = io.ErrShortWrite
+	}
+	return err
+}
+
+// recordWriter is the sandbox's side of an intercepted tunnel: each Write
+// of application data reaches the socket in one write. Writes are
+// serialized.
+type recordWriter struct {
+	*tls.Conn
+	cc *countConn
+	mu sync.Mutex
+}
+
+func (w *recordWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cc.hold()
+	n, err := w.Conn.Write(p)
+	if rerr := w.cc.release(); err == nil && rerr != nil {
+		return 0, rerr
+	}
 	return n, err
 }
