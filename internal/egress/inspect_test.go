@@ -58,6 +58,8 @@ type upstream struct {
 	mu   sync.Mutex
 	got  []seen
 	sent []byte // the last body a reflect path sent
+	// proceed lets /repos/stream send its second event.
+	proceed chan struct{}
 }
 
 func (u *upstream) last(t *testing.T) seen {
@@ -77,7 +79,7 @@ func (u *upstream) count() int {
 }
 
 func newUpstream(t testing.TB, cert *tls.Certificate) *upstream {
-	u := &upstream{}
+	u := &upstream{proceed: make(chan struct{})}
 	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
 		u.got = append(u.got, seen{host: r.Host, path: r.URL.EscapedPath(), query: r.URL.RawQuery, header: r.Header.Clone()})
@@ -119,6 +121,8 @@ func newUpstream(t testing.TB, cert *tls.Certificate) *upstream {
 //	/repos/reflect-gzip   the reflection gzip-encoded, whatever was asked
 //	/repos/reflect-br     a body said to be brotli-encoded
 //	/repos/nocontent      204, no body
+//	/repos/stream         an event with the Authorization header, then
+//	                      another once proceed is closed
 //	/repos/random         3 MiB of random bytes, gzip-encoded if asked to
 //	                      (a control: nothing to scrub)
 func (u *upstream) reflect(w http.ResponseWriter, r *http.Request) bool {
@@ -161,6 +165,16 @@ func (u *upstream) reflect(w http.ResponseWriter, r *http.Request) bool {
 		zw.Close()
 		w.Header().Set("Content-Encoding", "gzip")
 		body = zb.Bytes()
+	case "stream": // an event stream: the second event waits for proceed
+		fmt.Fprintf(w, "data: %s\n\n", r.Header.Get("Authorization"))
+		w.(http.Flusher).Flush()
+		select {
+		case <-u.proceed:
+			io.WriteString(w, "data: second\n\n")
+		case <-time.After(10 * time.Second):
+			io.WriteString(w, "data: late\n\n")
+		}
+		return true
 	case "nocontent":
 		w.WriteHeader(http.StatusNoContent)
 		return true
@@ -873,6 +887,24 @@ func TestScrubBodies(t *testing.T) {
 	}
 	if resp, body := get(c, "api.test", h.api.port, "/repos/reflect", map[string]string{"Authorization": "Bearer " + ph}); resp.StatusCode != 200 || !bytes.Contains(body, []byte("Bearer "+ph)) {
 		t.Fatalf("after HEAD and 204: %d %q", resp.StatusCode, body)
+	}
+	// An event stream is scrubbed and not held back: the server sends its
+	// second event only once the sandbox has the first.
+	req, _ := http.NewRequest("GET", fmt.Sprintf("https://api.test:%d/repos/stream", h.api.port), nil)
+	req.Header.Set("Authorization", "Bearer "+ph)
+	stream, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbr := bufio.NewReader(stream.Body)
+	if ev, err := sbr.ReadString('\n'); err != nil || ev != "data: Bearer "+ph+"\n" {
+		t.Fatalf("first event: %q %v", ev, err)
+	}
+	close(h.api.proceed)
+	rest, err := io.ReadAll(sbr)
+	stream.Body.Close()
+	if err != nil || string(rest) != "\ndata: second\n\n" {
+		t.Fatalf("the first event was held back until the server gave up: %q %v", rest, err)
 	}
 	// Control: without the secret in it, a body arrives byte for byte.
 	_, body = get(c, "api.test", h.api.port, "/repos/random", map[string]string{"Authorization": "Bearer " + ph})

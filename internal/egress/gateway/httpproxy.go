@@ -572,13 +572,14 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 	// A chunk is written as its size line, its data and a CRLF: through a
 	// writer that holds a whole chunk, each goes out in one write rather
 	// than three (the small one's buffer fills mid-chunk).
-	w := bw
+	w, flush := bw, []*bufio.Writer{bw}
 	if isChunked(resp.TransferEncoding) {
 		w = bufio.NewWriterSize(bw, chunkBuf)
+		flush = []*bufio.Writer{w, bw}
 	}
 	// A streamed (or large) body is flushed to the client before each
 	// upstream read that may block; a small one goes out with the head.
-	rb := &respBody{src: resp.Body, g: g, c: c, bw: w, touch: touch,
+	rb := &respBody{src: resp.Body, g: g, c: c, bw: flush, touch: touch,
 		flushEarly: resp.ContentLength < 0 || resp.ContentLength > smallBody}
 	resp.Body = rb
 	c.SetWriteDeadline(time.Now().Add(idle))
@@ -769,7 +770,7 @@ type respBody struct {
 	src   io.ReadCloser
 	g     *Gateway
 	c     *conn
-	bw    *bufio.Writer
+	bw    []*bufio.Writer // flushed in order: the outermost first
 	touch func()
 	n     int64
 
@@ -777,9 +778,13 @@ type respBody struct {
 }
 
 func (b *respBody) Read(p []byte) (int, error) {
-	if b.flushEarly && b.bw.Buffered() > 0 {
-		if err := b.bw.Flush(); err != nil {
-			return 0, err
+	if b.flushEarly {
+		for _, w := range b.bw {
+			if w.Buffered() > 0 {
+				if err := w.Flush(); err != nil {
+					return 0, err
+				}
+			}
 		}
 	}
 	b.c.SetWriteDeadline(time.Now().Add(b.g.cfg.IdleTimeout))
