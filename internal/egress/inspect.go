@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/airlock-dev/airlock/internal/egress/gateway"
@@ -235,8 +236,8 @@ func (in *inspection) Inject(h http.Header, u *url.URL) []string {
 
 // Scrub implements gateway.Interception: every spelling of a secret the
 // request could have carried upstream or the server may echo (as is,
-// query- or path-escaped, JSON-escaped, base64, inside the Basic value
-// Inject made) goes back as the placeholder's.
+// query- or path-escaped, JSON-escaped or Go-quoted, base64, inside the
+// Basic value Inject made) goes back as the placeholder's.
 func (in *inspection) Scrub() []string {
 	var pairs []string
 	for enc, orig := range in.swapped {
@@ -258,6 +259,9 @@ func (b *Bound) makeSpellings() {
 	for _, js := range jsonForms(b.secret) {
 		b.spellings = append(b.spellings, js, b.Placeholder)
 	}
+	// Go's %q, as error messages quote what they could not parse.
+	q := strconv.Quote(b.secret)
+	b.spellings = append(b.spellings, q[1:len(q)-1], b.Placeholder)
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.RawURLEncoding} {
 		b.spellings = append(b.spellings, enc.EncodeToString([]byte(b.secret)), enc.EncodeToString([]byte(b.Placeholder)))
 	}

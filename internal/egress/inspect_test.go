@@ -121,6 +121,7 @@ func newUpstream(t testing.TB, cert *tls.Certificate) *upstream {
 //	/repos/reflect-gzip   the reflection gzip-encoded, whatever was asked
 //	/repos/reflect-br     a body said to be brotli-encoded
 //	/repos/nocontent      204, no body
+//	/repos/malformed      a malformed response: the query's key
 //	/repos/stream         an event with the Authorization header, then
 //	                      another once proceed is closed
 //	/repos/random         3 MiB of random bytes, gzip-encoded if asked to
@@ -177,6 +178,13 @@ func (u *upstream) reflect(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	case "nocontent":
 		w.WriteHeader(http.StatusNoContent)
+		return true
+	case "malformed": // a status line that is the query's key
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			fmt.Fprintf(conn, "leak:%s\r\n\r\n", r.URL.Query().Get("key"))
+			conn.Close()
+		}
 		return true
 	case "reflect-br":
 		w.Header().Set("Content-Encoding", "br")
@@ -795,7 +803,8 @@ func TestScrubBodies(t *testing.T) {
 	ph := h.setup.Env["API_TOKEN"]
 	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("u:"+ph))
 	leaks := []string{special, url.QueryEscape(special), url.PathEscape(special), strings.ToLower(url.QueryEscape(special)),
-		`tok/en+\u003c\u0026\u003e\"q\\z=`, base64.StdEncoding.EncodeToString([]byte("u:" + special))}
+		`tok/en+\u003c\u0026\u003e\"q\\z=`, base64.StdEncoding.EncodeToString([]byte("u:" + special)),
+		`tok/en+<&>\"q\\z=`} // JSON, and Go's %q
 	check := func(what string, body []byte) {
 		t.Helper()
 		for _, l := range leaks {
@@ -862,6 +871,16 @@ func TestScrubBodies(t *testing.T) {
 	check("reflect-gzip", body)
 	if resp.Header.Get("Content-Encoding") != "" || !bytes.Contains(body, []byte("Authorization: Bearer "+ph)) {
 		t.Fatalf("reflect-gzip: Content-Encoding %q, body %q", resp.Header.Get("Content-Encoding"), body)
+	}
+	// A malformed response, quoted in the error: not the secret either,
+	// neither to the sandbox nor in the audit.
+	resp, body = get(c, "api.test", h.api.port, "/repos/malformed?key="+ph, nil)
+	check("malformed", body)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "leak:") {
+		t.Fatalf("malformed: %d %q", resp.StatusCode, body)
+	}
+	for _, r := range h.recordsFor("api.test") {
+		check("the audit", []byte(fmt.Sprintf("%+v", r)))
 	}
 	// An encoding the gateway cannot decode is refused, not passed on.
 	resp, body = get(c, "api.test", h.api.port, "/repos/reflect-br", map[string]string{"Authorization": "Bearer " + ph})

@@ -538,7 +538,11 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 			err = errIdle
 		}
 		rec.Error = err.Error()
-		return refuse(status, "", fmt.Sprintf("airlock egress: %s %s: %v", what, tg, err))
+		if scrub != nil {
+			// A malformed response is quoted in the error.
+			rec.Error = scrub.Replace(rec.Error)
+		}
+		return refuse(status, "", fmt.Sprintf("airlock egress: %s %s: %s", what, tg, rec.Error))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusSwitchingProtocols {
@@ -603,6 +607,9 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 			err = errIdle
 		}
 		rec.Error = err.Error()
+		if scrub != nil {
+			rec.Error = scrub.Replace(rec.Error)
+		}
 		c.finish(&rec)
 		return false
 	}
