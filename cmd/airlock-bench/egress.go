@@ -7,7 +7,9 @@ package main
 //
 //   - download throughput: one GET of -size MiB over plain HTTP (direct, via
 //     the HTTP proxy with an absolute URI, via SOCKS5) and over HTTPS
-//     (direct, via CONNECT), on kept-alive connections, -reps times each,
+//     (direct, via CONNECT, to a host the gateway inspects, and to one with
+//     a credential, whose response bodies the gateway scrubs of the
+//     secret), on kept-alive connections, -reps times each,
 //     interleaved round-robin; the median in MB/s (10^6 bytes) and the ratio
 //     gateway/direct (target >= 0.80);
 //   - latency per request: a small GET on a kept-alive connection (direct,
@@ -45,6 +47,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -60,6 +63,7 @@ import (
 const (
 	benchHost   = "bench.test"   // resolves to 127.0.0.1, for the gateway and the direct clients
 	inspectHost = "inspect.test" // the same server, a host the gateway inspects
+	secretHost  = "secret.test"  // the same server, inspected with a credential bound to it
 
 	targetThroughput = 0.80   // gateway / direct median throughput, at least
 	targetAddedP50   = 1000.0 // µs added to the p50 latency, at most
@@ -138,6 +142,8 @@ func runEgress(args []string) int {
 type egressWorld struct {
 	plainURL, tlsURL string // http://bench.test:PORT, https://bench.test:PORT
 	inspectURL       string // https://inspect.test:PORT: the same server, inspected by the gateway
+	secretURL        string // https://secret.test:PORT: inspected, with a credential (responses scrubbed)
+	setupDir         string // the credential's egress setup
 	roots            *x509.CertPool
 	gw               *gateway.Gateway
 	httpProxy        *url.URL
@@ -194,24 +200,36 @@ func newEgressWorld() (w *egressWorld, err error) {
 	w.plainURL = fmt.Sprintf("http://%s:%d", benchHost, pl.Addr().(*net.TCPAddr).Port)
 	w.tlsURL = fmt.Sprintf("https://%s:%d", benchHost, tl.Addr().(*net.TCPAddr).Port)
 	w.inspectURL = fmt.Sprintf("https://%s:%d", inspectHost, tl.Addr().(*net.TCPAddr).Port)
+	w.secretURL = fmt.Sprintf("https://%s:%d", secretHost, tl.Addr().(*net.TCPAddr).Port)
 
 	// inspect.test has a request rule (any request): the gateway terminates
-	// its TLS with a sandbox CA, as for a host with credentials.
-	gp, err := egress.NewPolicy(policy.Network{Mode: "allowlist", Allow: []string{benchHost, inspectHost, "127.0.0.1"},
-		HTTP: []policy.HTTPRule{{Hosts: []string{inspectHost}}}}, nil)
+	// its TLS with a sandbox CA. secret.test has a credential too, so the
+	// gateway also scrubs the secret from its responses.
+	if w.setupDir, err = os.MkdirTemp("", "airlock-bench-egress-"); err != nil {
+		return nil, err
+	}
+	secretFile := filepath.Join(w.setupDir, "secret")
+	if err := os.WriteFile(secretFile, []byte("bench-secret-0123456789abcdef"), 0o600); err != nil {
+		return nil, err
+	}
+	n := policy.Network{Mode: "allowlist", Allow: []string{benchHost, inspectHost, secretHost, "127.0.0.1"},
+		HTTP:        []policy.HTTPRule{{Hosts: []string{inspectHost}}},
+		Credentials: []policy.Credential{{Name: "bench", Hosts: []string{secretHost}, Secret: "file:" + secretFile, Header: "X-Bench-Token"}}}
+	setup, err := egress.Prepare(filepath.Join(w.setupDir, "setup"), "bench", n, "", nil)
 	if err != nil {
 		return nil, err
 	}
-	ca, err := gateway.NewCA("bench")
+	gp, err := egress.NewPolicy(n, setup)
 	if err != nil {
 		return nil, err
 	}
+	ca := setup.CA
 	w.roots.AddCert(ca.Certificate()) // the sandbox's trust: the world's and its CA
 	loop := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 	w.gw = gateway.New(gateway.Config{
 		Sandbox:       "bench",
 		Policy:        gp,
-		Resolver:      &gateway.StaticResolver{Hosts: map[string][]netip.Addr{benchHost: loop, inspectHost: loop}},
+		Resolver:      &gateway.StaticResolver{Hosts: map[string][]netip.Addr{benchHost: loop, inspectHost: loop, secretHost: loop}},
 		Audit:         w.audit,
 		CA:            ca,
 		UpstreamRoots: roots,
@@ -241,6 +259,9 @@ func (w *egressWorld) close() {
 	}
 	for _, s := range w.servers {
 		s.Close()
+	}
+	if w.setupDir != "" {
+		os.RemoveAll(w.setupDir)
 	}
 }
 
@@ -374,6 +395,7 @@ func egressBench(o egressOpts) (*egressResult, error) {
 		{name: "TLS direct", client: w.client(nil, true, dlTimeout), url: w.tlsURL + sizePath},
 		{name: "CONNECT", client: w.client(w.httpProxy, true, dlTimeout), url: w.tlsURL + sizePath},
 		{name: "inspected", client: w.client(w.httpProxy, true, dlTimeout), url: w.inspectURL + sizePath},
+		{name: "credential", client: w.client(w.httpProxy, true, dlTimeout), url: w.secretURL + sizePath},
 	}
 	logf("egress: downloads of %d MiB, %d per configuration, interleaved", o.sizeMiB, o.reps)
 	warmPath := fmt.Sprintf("/size/%d", min(size, 8<<20))
@@ -413,6 +435,7 @@ func egressBench(o egressOpts) (*egressResult, error) {
 		thr("download "+sz+", HTTP, via SOCKS5", dl[0], dl[2]),
 		thr("download "+sz+", HTTPS, via CONNECT", dl[3], dl[4]),
 		thr("download "+sz+", HTTPS, inspected (TLS terminated, sent on over TLS)", dl[3], dl[5]),
+		thr("download "+sz+", HTTPS, inspected with a credential (body scrubbed)", dl[3], dl[6]),
 	)
 
 	// 2. Latency per request, interleaved request by request.
@@ -683,7 +706,7 @@ func benchCerts() (tls.Certificate, *x509.CertPool, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2),
 		Subject:      pkix.Name{CommonName: benchHost},
-		DNSNames:     []string{benchHost, inspectHost},
+		DNSNames:     []string{benchHost, inspectHost, secretHost},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(24 * time.Hour),

@@ -49,6 +49,7 @@ func TestEgressTinyRun(t *testing.T) {
 		"| download 1 MiB, HTTP, via SOCKS5 |",
 		"| download 1 MiB, HTTPS, via CONNECT |",
 		"| download 1 MiB, HTTPS, inspected (TLS terminated, sent on over TLS) |",
+		"| download 1 MiB, HTTPS, inspected with a credential (body scrubbed) |",
 		"| GET, kept-alive HTTP, via HTTP proxy, p50 |",
 		"| GET, kept-alive HTTP, via HTTP proxy, p99 |",
 		"| GET, kept-alive HTTP, via SOCKS5, p50 |",
@@ -64,7 +65,7 @@ func TestEgressTinyRun(t *testing.T) {
 			t.Errorf("no row %q in\n%s", row, out)
 		}
 	}
-	if len(res.rows) != 14 || strings.Contains(out, "n/a") || strings.Contains(out, "no data") {
+	if len(res.rows) != 15 || strings.Contains(out, "n/a") || strings.Contains(out, "no data") {
 		t.Errorf("%d rows, or rows without data:\n%s", len(res.rows), out)
 	}
 }

@@ -43,7 +43,10 @@ func startEgress(sb runtime.Sandbox, p *policy.Policy, setup *egress.Setup, f *r
 		logw.Write(append(b, '\n'))
 		mu.Unlock()
 	}
-	return egress.Start(sb, p.Network, egress.Options{Sandbox: sb.ID(), Hosts: hosts, Audit: audit, Setup: setup})
+	// The user's own machine: a policy may open any port of its loopback
+	// (host.airlock.internal:PORT).
+	return egress.Start(sb, p.Network, egress.Options{Sandbox: sb.ID(), Hosts: hosts, Audit: audit, Setup: setup,
+		Host: egress.HostAccess{AnyPort: true}})
 }
 
 // auditLine is the JSON form of one audit record.
@@ -77,7 +80,7 @@ func parseHosts(flags []string) (map[string][]netip.Addr, error) {
 			return nil, fmt.Errorf("--add-host %s: want NAME:IP", errdefs.Quote(h))
 		}
 		if err := egress.AddHost(hosts, name, ip); err != nil {
-			return nil, fmt.Errorf("--add-host %s: want NAME:IP", errdefs.Quote(h))
+			return nil, fmt.Errorf("--add-host %s: %v", errdefs.Quote(h), err)
 		}
 	}
 	return hosts, nil

@@ -84,7 +84,7 @@ environment is passed unless asked for.`,
 	fl.BoolVar(&f.noSeccomp, "insecure-no-seccomp", false, "run without the seccomp layer (weaker; warned on every run)")
 	fl.BoolVar(&f.noCgroups, "insecure-no-cgroups", false, "run without cgroup limits (weaker; warned on every run)")
 	fl.StringVar(&f.net, "net", "", "network mode: none (default), allowlist or open; outside none, traffic goes through airlock's egress gateway")
-	fl.StringArrayVar(&f.netAllow, "net-allow", nil, "allow egress to HOST[:PORT] (*.domain wildcards, IPs, CIDRs, @pypi @npm @go @github); implies --net allowlist (repeatable)")
+	fl.StringArrayVar(&f.netAllow, "net-allow", nil, "allow egress to HOST[:PORT] (*.domain wildcards, IPs, CIDRs, @pypi @npm @go @github; host.airlock.internal:PORT is a port of the host's loopback); implies --net allowlist (repeatable)")
 	fl.StringArrayVar(&f.netDeny, "net-deny", nil, "deny egress to HOST[:PORT]; deny wins over allow (repeatable)")
 	fl.StringArrayVar(&f.addHosts, "add-host", nil, "NAME:IP the egress gateway resolves NAME to, before DNS (repeatable)")
 	fl.StringArrayVar(&f.secrets, "secret", nil, "VAR@HOST[,HOST...]: the sandbox sees a placeholder in $VAR; the egress gateway swaps in the value of your $VAR on HTTPS requests to HOST only (repeatable)")

@@ -55,6 +55,10 @@ type Config struct {
 	Pools        []manager.PoolConfig `yaml:"pools"`
 	CgroupParent string               `yaml:"cgroup_parent"`
 	EgressHosts  map[string][]string  `yaml:"egress_hosts"`
+	// EgressHostPorts are the ports of the host's loopback that sandbox
+	// policies may open with host.airlock.internal:PORT (none by
+	// default). The daemon's own listen address is never reachable.
+	EgressHostPorts []int `yaml:"egress_host_ports"`
 	// Secrets names the secrets policies may bind to hosts
 	// (network.credentials): where each is ("env:VAR", the daemon's
 	// environment, or "file:PATH"; read when a sandbox is created) and the
@@ -236,6 +240,12 @@ func (c *Config) manager() (manager.Config, int64, error) {
 		}
 		mc.Images[name] = dir
 	}
+	for _, port := range c.EgressHostPorts {
+		if port < 1 || port > 65535 {
+			return mc, 0, fmt.Errorf("config: egress_host_ports: %d is not a port (1-65535)", port)
+		}
+	}
+	mc.HostAccess.Ports = c.EgressHostPorts
 	mc.Policies = map[string]*policy.Policy{}
 	for name, file := range c.Policies {
 		p, err := policy.Load(file)
@@ -247,6 +257,9 @@ func (c *Config) manager() (manager.Config, int64, error) {
 		}
 		if len(p.Environment.Pass) > 0 {
 			return mc, 0, fmt.Errorf("config: policies.%s: environment.pass would copy the daemon's environment into sandboxes; use environment.set", name)
+		}
+		if err := mc.HostAccess.Check(p.Network); err != nil {
+			return mc, 0, fmt.Errorf("config: policies.%s: %v (add the port to egress_host_ports)", name, err)
 		}
 		mc.Policies[name] = p
 	}

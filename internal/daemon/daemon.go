@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/manager"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/server"
@@ -48,6 +49,16 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The TCP listener first: sandboxes must never reach it, so its
+	// address goes into their gateways' refusals.
+	var tl net.Listener
+	if c.Listen != "" {
+		if tl, err = net.Listen("tcp", c.Listen); err != nil {
+			return fmt.Errorf("listen %s: %w", c.Listen, err)
+		}
+		defer tl.Close() // on an error before it is served; closing twice is harmless
+		mc.HostAccess.Refused = egress.ListenerEndpoints(tl.Addr(), "airlock serve's API")
+	}
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
@@ -81,13 +92,6 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	ul, err := listenUnix(c.Socket)
 	if err != nil {
 		return err
-	}
-	var tl net.Listener
-	if c.Listen != "" {
-		if tl, err = net.Listen("tcp", c.Listen); err != nil {
-			ul.Close()
-			return fmt.Errorf("listen %s: %w", c.Listen, err)
-		}
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

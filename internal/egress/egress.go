@@ -35,27 +35,118 @@ func Compile(n policy.Network) (*rules.Policy, error) {
 }
 
 // NewPolicy is the gateway policy of n, with the credentials of s (nil:
-// none), for callers that run a gateway.Gateway themselves.
+// none), for callers that run a gateway.Gateway themselves. It opens
+// nothing on the host (the zero HostAccess).
 func NewPolicy(n policy.Network, s *Setup) (gateway.Policy, error) {
 	var creds []*Bound
 	if s != nil {
 		creds = s.Creds
 	}
-	return compile(n, creds)
+	return compile(n, creds, HostAccess{})
 }
 
 // compile makes the gateway's policy: n's rules, with the credentials
-// bound at start (which cannot change while the sandbox runs).
-func compile(n policy.Network, creds []*Bound) (*compiled, error) {
+// bound at start (which cannot change while the sandbox runs) and what
+// the host lets sandboxes reach on it.
+func compile(n policy.Network, creds []*Bound, host HostAccess) (*compiled, error) {
 	rp, err := Compile(n)
 	if err != nil {
+		return nil, err
+	}
+	if err := host.Check(n); err != nil {
 		return nil, err
 	}
 	hr, err := compileHTTP(n.HTTP)
 	if err != nil {
 		return nil, err
 	}
-	return &compiled{p: rp, http: hr, creds: creds}, nil
+	return &compiled{p: rp, http: hr, creds: creds, refused: host.Refused}, nil
+}
+
+// HostAccess is what sandboxes may reach on the host their gateway runs
+// on. The zero HostAccess opens no port of the host's loopback.
+type HostAccess struct {
+	// AnyPort lets a policy open any port of the host's loopback with an
+	// allow rule host.airlock.internal:PORT (airlock run: the user's own
+	// machine); otherwise only the Ports listed (airlock serve: its
+	// configuration's egress_host_ports).
+	AnyPort bool
+	Ports   []int
+	// Refused are never dialed, whatever the rules, by name or by address
+	// (airlock serve's own API).
+	Refused []Endpoint
+}
+
+// Endpoint is a port on a range of addresses, and what listens there.
+type Endpoint struct {
+	Prefix netip.Prefix
+	Port   int
+	What   string // for denials: "airlock serve's API"
+}
+
+func (e Endpoint) matches(ip netip.Addr, port int) bool {
+	return e.Port == port && e.Prefix.Contains(ip.Unmap())
+}
+
+// Check refuses a network section whose allow rules open a port of the
+// host's loopback (host.airlock.internal:PORT) that a does not let
+// sandboxes reach. Errors wrap errdefs.ErrInvalid.
+func (a HostAccess) Check(n policy.Network) error {
+	for _, r := range n.Allow {
+		p, err := rules.ParsePattern(r)
+		if err != nil {
+			continue // Compile says why
+		}
+		port, ok := p.HostLoopbackPort()
+		if !ok || port == 0 {
+			continue
+		}
+		for _, e := range a.Refused {
+			for _, ip := range rules.HostLoopbackAddrs() {
+				if e.matches(ip, port) {
+					return fmt.Errorf("network.allow %q: %w: port %d of the host's loopback is %s, which sandboxes never reach", r, errdefs.ErrInvalid, port, e.What)
+				}
+			}
+		}
+		if !a.AnyPort && !slices.Contains(a.Ports, port) {
+			open := "none"
+			if len(a.Ports) > 0 {
+				open = strings.Trim(fmt.Sprint(a.Ports), "[]")
+			}
+			return fmt.Errorf("network.allow %q: %w: port %d of the host's loopback is not open to sandboxes here (airlock serve's egress_host_ports opens: %s)", r, errdefs.ErrInvalid, port, open)
+		}
+	}
+	return nil
+}
+
+// ListenerEndpoints returns where a TCP listener bound to addr can be
+// reached from the host itself, as what: its address; for a loopback or
+// unspecified address, all of loopback; for an unspecified one, every
+// address of the host's interfaces too.
+func ListenerEndpoints(addr net.Addr, what string) []Endpoint {
+	ta, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return nil
+	}
+	ap := ta.AddrPort()
+	ip, port := ap.Addr().Unmap(), int(ap.Port())
+	out := []Endpoint{{Prefix: netip.PrefixFrom(ip, ip.BitLen()), Port: port, What: what}}
+	if ip.IsLoopback() || ip.IsUnspecified() {
+		out = append(out, Endpoint{Prefix: netip.MustParsePrefix("127.0.0.0/8"), Port: port, What: what},
+			Endpoint{Prefix: netip.MustParsePrefix("::1/128"), Port: port, What: what})
+	}
+	if ip.IsUnspecified() {
+		addrs, _ := net.InterfaceAddrs()
+		for _, a := range addrs {
+			if pn, ok := a.(*net.IPNet); ok {
+				if ia, ok := netip.AddrFromSlice(pn.IP); ok {
+					ia = ia.Unmap()
+					out = append(out, Endpoint{Prefix: netip.PrefixFrom(ia, ia.BitLen()), Port: port, What: what})
+				}
+			}
+		}
+	}
+	return out
 }
 
 // Options configure Start.
@@ -74,6 +165,9 @@ type Options struct {
 	// UpstreamRoots verifies inspected hosts' servers (nil: the system's,
 	// which honour SSL_CERT_FILE).
 	UpstreamRoots *x509.CertPool
+	// Host is what the sandbox may reach on this host (zero: no port of
+	// its loopback, whatever the policy).
+	Host HostAccess
 }
 
 // Gateway is a running sandbox gateway.
@@ -81,6 +175,7 @@ type Gateway struct {
 	gw    *gateway.Gateway
 	creds []policy.Credential // as given at start
 	bound []*Bound
+	host  HostAccess
 }
 
 // Start serves sb's egress listeners with the rules of n.
@@ -92,7 +187,7 @@ func Start(sb runtime.Sandbox, n policy.Network, o Options) (*Gateway, error) {
 	} else if len(n.Credentials) > 0 {
 		return nil, errors.New("egress: the policy has credentials but the sandbox was not prepared for them (egress.Prepare)")
 	}
-	cp, err := compile(n, bound)
+	cp, err := compile(n, bound, o.Host)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +210,7 @@ func Start(sb runtime.Sandbox, n policy.Network, o Options) (*Gateway, error) {
 	})
 	go gw.ServeHTTP(ls[0])
 	go gw.ServeSOCKS(ls[1])
-	return &Gateway{gw: gw, creds: n.Credentials, bound: bound}, nil
+	return &Gateway{gw: gw, creds: n.Credentials, bound: bound, host: o.Host}, nil
 }
 
 // SetNetwork replaces the rules; open connections the new rules deny are
@@ -130,7 +225,7 @@ func (g *Gateway) SetNetwork(n policy.Network) error {
 	}) {
 		return fmt.Errorf("egress: %w: credentials cannot change while the sandbox runs", errdefs.ErrInvalid)
 	}
-	cp, err := compile(n, g.bound)
+	cp, err := compile(n, g.bound, g.host)
 	if err != nil {
 		return fmt.Errorf("egress: %w", err)
 	}
@@ -143,11 +238,15 @@ func (g *Gateway) Close() error { return g.gw.Close() }
 
 // AddHost adds an entry to a static host map: name (any case, trailing dot
 // allowed) resolves to ip (brackets allowed; IPv4-mapped IPv6 unmapped).
+// host.airlock.internal is the gateway's own: it cannot be mapped.
 func AddHost(hosts map[string][]netip.Addr, name, ip string) error {
 	a, err := netip.ParseAddr(strings.Trim(ip, "[]"))
 	name = strings.TrimSuffix(strings.ToLower(name), ".")
 	if name == "" || err != nil {
 		return fmt.Errorf("host map entry %q -> %q: want a name and an IP address", name, ip)
+	}
+	if name == rules.HostLoopback {
+		return fmt.Errorf("host map entry %q: the gateway maps %s to the host's loopback itself; allow %s:PORT instead", name, name, name)
 	}
 	hosts[name] = append(hosts[name], a.Unmap())
 	return nil

@@ -2,10 +2,12 @@ package egress
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/airlock-dev/airlock/internal/egress/gateway"
@@ -16,9 +18,10 @@ import (
 // compiled is a sandbox's network policy as the gateway asks it: host and
 // address rules, request rules of inspected hosts, and credentials.
 type compiled struct {
-	p     *rules.Policy
-	http  []httpRule
-	creds []*Bound
+	p       *rules.Policy
+	http    []httpRule
+	creds   []*Bound
+	refused []Endpoint // never dialed (HostAccess.Refused)
 }
 
 var _ gateway.Interceptor = (*compiled)(nil)
@@ -38,6 +41,11 @@ func (c *compiled) Host(host string, port int) gateway.Decision {
 }
 
 func (c *compiled) Addr(host string, ip netip.Addr, port int) gateway.Decision {
+	for _, e := range c.refused {
+		if e.matches(ip, port) {
+			return gateway.Decision{Rule: fmt.Sprintf("%s is %s, which sandboxes never reach", netip.AddrPortFrom(ip.Unmap(), uint16(port)), e.What)}
+		}
+	}
 	d := c.p.Addr(host, ip, port)
 	return gateway.Decision{Allow: d.Allow, Rule: d.Rule}
 }
@@ -227,32 +235,72 @@ func (in *inspection) Inject(h http.Header, u *url.URL) []string {
 }
 
 // Scrub implements gateway.Interception: every spelling of a secret the
-// request could have carried upstream (as is, query- or path-escaped,
-// base64, inside the Basic value Inject made) goes back as the
-// placeholder's.
-func (in *inspection) Scrub(h http.Header) {
+// request could have carried upstream or the server may echo (as is,
+// query- or path-escaped, JSON-escaped or Go-quoted, base64, inside the
+// Basic value Inject made) goes back as the placeholder's.
+func (in *inspection) Scrub() []string {
 	var pairs []string
 	for enc, orig := range in.swapped {
 		pairs = append(pairs, enc, orig)
 	}
 	for _, b := range in.creds {
-		pairs = append(pairs, b.secret, b.Placeholder,
-			url.QueryEscape(b.secret), b.Placeholder,
-			url.PathEscape(b.secret), b.Placeholder,
-			base64.StdEncoding.EncodeToString([]byte(b.secret)), base64.StdEncoding.EncodeToString([]byte(b.Placeholder)),
-			base64.URLEncoding.EncodeToString([]byte(b.secret)), base64.URLEncoding.EncodeToString([]byte(b.Placeholder)),
-			base64.RawStdEncoding.EncodeToString([]byte(b.secret)), base64.RawStdEncoding.EncodeToString([]byte(b.Placeholder)),
-			base64.RawURLEncoding.EncodeToString([]byte(b.secret)), base64.RawURLEncoding.EncodeToString([]byte(b.Placeholder)))
+		pairs = append(pairs, b.spellings...)
 	}
-	if len(pairs) == 0 {
-		return
+	return pairs
+}
+
+// makeSpellings sets the pairs Scrub returns for b.
+func (b *Bound) makeSpellings() {
+	b.spellings = []string{b.secret, b.Placeholder}
+	for _, esc := range []func(string) string{url.QueryEscape, url.PathEscape} {
+		e := esc(b.secret)
+		b.spellings = append(b.spellings, e, b.Placeholder, lowerHex(e), b.Placeholder)
 	}
-	r := strings.NewReplacer(pairs...)
-	for _, vs := range h {
-		for i, v := range vs {
-			vs[i] = r.Replace(v)
+	for _, js := range jsonForms(b.secret) {
+		b.spellings = append(b.spellings, js, b.Placeholder)
+	}
+	// Go's %q, as error messages quote what they could not parse.
+	q := strconv.Quote(b.secret)
+	b.spellings = append(b.spellings, q[1:len(q)-1], b.Placeholder)
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.RawURLEncoding} {
+		b.spellings = append(b.spellings, enc.EncodeToString([]byte(b.secret)), enc.EncodeToString([]byte(b.Placeholder)))
+	}
+}
+
+// lowerHex is a percent-encoded string with lower-case hex digits, as
+// some servers write them.
+func lowerHex(s string) string {
+	b := []byte(s)
+	for i := 0; i+2 < len(b); i++ {
+		if b[i] == '%' {
+			b[i+1], b[i+2] = lowerASCII(b[i+1]), lowerASCII(b[i+2])
 		}
 	}
+	return string(b)
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// jsonForms are the ways JSON encoders write s inside a string, without
+// the quotes: escaped minimally, with HTML characters as \u00XX (Go),
+// and with slashes as \/ (PHP).
+func jsonForms(s string) []string {
+	var forms []string
+	for _, html := range []bool{false, true} {
+		var buf strings.Builder
+		e := json.NewEncoder(&buf)
+		e.SetEscapeHTML(html)
+		e.Encode(s)
+		f := strings.TrimSuffix(buf.String(), "\n")
+		f = f[1 : len(f)-1] // the quotes
+		forms = append(forms, f, strings.ReplaceAll(f, "/", `\/`))
+	}
+	return forms
 }
 
 // Bound is a credential ready for the gateway: its secret, the hosts it
@@ -265,6 +313,7 @@ type Bound struct {
 	secret      string
 	header      string
 	format      string
+	spellings   []string // the secret's spellings, each followed by the placeholder's
 }
 
 // inject puts b's secret into a request bound for one of its hosts: in

@@ -183,6 +183,7 @@ func bind(i int, c policy.Credential, placeholder string, lookup SecretLookup) (
 		return nil, fmt.Errorf("credential %s: %w: %w", name, err, errdefs.ErrInvalid)
 	}
 	b.secret = v
+	b.makeSpellings()
 	return b, nil
 }
 

@@ -148,6 +148,9 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 		if err = m.cfg.checkCredentials(p.Network); err != nil {
 			return nil, err
 		}
+		if err = m.cfg.HostAccess.Check(p.Network); err != nil {
+			return nil, err
+		}
 		if setup, err = egress.Prepare(m.egressDir(apiID(rid)), apiID(rid), p.Network, spec.Image, m.cfg.secret); err != nil {
 			return nil, err
 		}

@@ -65,6 +65,10 @@ type Config struct {
 	// EgressDir holds each networked sandbox's CA and trust files (outside
 	// the sandbox), one directory per sandbox id.
 	EgressDir string
+	// HostAccess is what sandboxes may reach on this host: the ports of
+	// its loopback a policy may open (host.airlock.internal:PORT), and
+	// the daemon's own API, never reached.
+	HostAccess egress.HostAccess
 	// Secrets are the named secrets policies may bind to hosts
 	// (network.credentials), each with the hosts it may be sent to.
 	Secrets map[string]SecretConfig

@@ -266,6 +266,9 @@ func (m *Manager) SetNetworkPolicy(ctx context.Context, id string, np api.Networ
 	if _, err := egress.Compile(n); err != nil {
 		return api.NetworkPolicy{}, invalid("%v", err)
 	}
+	if err := m.cfg.HostAccess.Check(n); err != nil {
+		return api.NetworkPolicy{}, err
+	}
 	view := networkView(n)
 	spec := sb.spec
 	spec.Network = &view

@@ -239,7 +239,7 @@ func (m *Manager) restoreEgress(sb *Sandbox, rt runtime.Sandbox) (*egress.Gatewa
 // map, its CA and credentials, and every record in the daemon's log and
 // the stored audit.
 func (m *Manager) egressOptions(id string, setup *egress.Setup) egress.Options {
-	return egress.Options{Sandbox: id, Hosts: m.cfg.EgressHosts, Setup: setup, Audit: func(r gateway.Record) {
+	return egress.Options{Sandbox: id, Hosts: m.cfg.EgressHosts, Setup: setup, Host: m.cfg.HostAccess, Audit: func(r gateway.Record) {
 		m.log.Info("egress", "sandbox", r.Sandbox, "proto", r.Proto, "method", r.Method, "host", r.Host, "port", r.Port,
 			"path", r.Path, "addr", r.Addr, "allowed", r.Allowed, "rule", r.Rule, "credential", r.Credential,
 			"bytes_up", r.BytesUp, "bytes_down", r.BytesDown, "ms", float64(r.Duration.Microseconds())/1000)

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -189,7 +191,9 @@ func TestEgressCredentials(t *testing.T) {
 		mu.Lock()
 		seen = append(seen, host+" "+r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
 		mu.Unlock()
-		fmt.Fprintf(w, "hello %s %s", host, r.URL.Path)
+		// A server that reflects the credential into its body (as echo
+		// and debug endpoints do): the gateway scrubs it.
+		fmt.Fprintf(w, "hello %s %s (auth: %s)", host, r.URL.Path, r.Header.Get("Authorization"))
 	})
 	ts := httptest.NewUnstartedServer(h)
 	ts.EnableHTTP2 = false
@@ -227,7 +231,7 @@ grep -c "BEGIN CERTIFICATE" /etc/ssl/certs/airlock-sandbox-ca.pem
 	if strings.Contains(r.stdout+r.stderr, secret) {
 		t.Fatalf("the secret reached the sandbox's output:\n%s", r)
 	}
-	for _, want := range []string{"env: airlock-placeholder-", "hello api.example.com /repos/curl", "hello api.example.com /repos/python", "hello other.example.com /other", "post 403", "admin 403"} {
+	for _, want := range []string{"env: airlock-placeholder-", "hello api.example.com /repos/curl (auth: Bearer airlock-placeholder-", "hello api.example.com /repos/python (auth: Bearer airlock-placeholder-", "hello other.example.com /other", "post 403", "admin 403"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("missing %q in:\n%s", want, r.stdout)
 		}
@@ -242,6 +246,85 @@ grep -c "BEGIN CERTIFICATE" /etc/ssl/certs/airlock-sandbox-ca.pem
 	}
 	if strings.Contains(got, "POST") || strings.Contains(got, "/admin") || strings.Count(got, secret) != 2 {
 		t.Errorf("the servers saw:\n%s", got)
+	}
+}
+
+// TestEgressHostLoopback: a server on the host's loopback, reached from
+// inside as host.airlock.internal:PORT with curl through the HTTP proxy
+// (plain and CONNECT) and SOCKS5, and audited, next to the denials: no
+// rule for it, another port, a wildcard, open mode. 127.0.0.1 inside is
+// the sandbox's own loopback; a rule without a port does not start.
+func TestEgressHostLoopback(t *testing.T) {
+	needRoot(t)
+	var hits atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		fmt.Fprintf(w, "host service %s %s", r.Host, r.URL.Path)
+	})
+	svc, other := httptest.NewServer(h), httptest.NewServer(h) // both on 127.0.0.1
+	t.Cleanup(svc.Close)
+	t.Cleanup(other.Close)
+	port, otherPort := svc.Listener.Addr().(*net.TCPAddr).Port, other.Listener.Addr().(*net.TCPAddr).Port
+	name := fmt.Sprintf("host.airlock.internal:%d", port)
+	log := filepath.Join(t.TempDir(), "net.jsonl")
+	r := sh(t, opts{}, []string{"--net-allow", name, "--net-log", log}, fmt.Sprintf(`
+curl -s -m 10 http://%[1]s/plain; echo
+curl -s -m 10 --proxytunnel http://%[1]s/connect; echo
+curl -s -m 10 --socks5-hostname 127.0.0.1:1080 http://%[1]s/socks; echo
+curl -s -m 10 -o /dev/null -w 'other port %%{http_code}\n' http://host.airlock.internal:%[2]d/
+curl -s -m 10 -o /dev/null -w 'own loopback %%{http_code}\n' http://127.0.0.1:%[3]d/
+true`, name, otherPort, port))
+	mustOK(t, r, "host loopback")
+	for _, want := range []string{"host service " + name + " /plain", "host service " + name + " /connect", "host service " + name + " /socks", "other port 403", "own loopback 000"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q in:\n%s", want, r.stdout)
+		}
+	}
+	if n := hits.Load(); n != 3 {
+		t.Errorf("the host's services got %d requests, want 3", n)
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var allowed, denied int
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("audit line %q: %v", l, err)
+		}
+		switch {
+		case m["host"] != "host.airlock.internal":
+			t.Errorf("audit: %v", m)
+		case m["allowed"] == true && m["addr"] == fmt.Sprintf("127.0.0.1:%d", port) && m["rule"] == name:
+			allowed++
+		case m["allowed"] == false && m["port"] == float64(otherPort) && strings.Contains(fmt.Sprint(m["rule"]), "only an allow rule naming it with the port"):
+			denied++
+		default:
+			t.Errorf("audit: %v", m)
+		}
+	}
+	if allowed != 3 || denied != 1 {
+		t.Errorf("audit: %d allowed, %d denied records, want 3 and 1:\n%s", allowed, denied, b)
+	}
+
+	// No rule for it, a wildcard, open mode: denied, nothing reached.
+	hits.Store(0)
+	for _, flags := range [][]string{{"--net-allow", "example.com"}, {"--net-allow", "*.airlock.internal"}, {"--net", "open"}} {
+		r := sh(t, opts{}, flags, fmt.Sprintf(`
+curl -s -m 10 -o /dev/null -w 'http %%{http_code}\n' http://%[1]s/
+curl -s -m 10 --socks5-hostname 127.0.0.1:1080 http://%[1]s/ >/dev/null; echo "socks $?"`, name))
+		if !strings.Contains(r.stdout, "http 403") || !strings.Contains(r.stdout, "socks 97") {
+			t.Errorf("%q: %s", flags, r)
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("a denied sandbox reached the host's service %d times", n)
+	}
+	// A rule without a port: refused before anything starts.
+	r = run(t, opts{}, []string{"--net-allow", "host.airlock.internal"}, "true")
+	if r.code == 0 || !strings.Contains(r.stderr, "name the port, as in host.airlock.internal:11434") {
+		t.Errorf("a rule without a port: %s", r)
 	}
 }
 

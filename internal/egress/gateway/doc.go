@@ -39,6 +39,11 @@
 //   - MaxBytes counts tunnel payload and plain-HTTP bodies and request
 //     heads (the URL and headers go upstream too); Record byte counts are
 //     payload only.
+//   - Responses from a host with secrets (Interception.Scrub) have them
+//     replaced by placeholders in headers and, streaming, in bodies
+//     (scrub.go); a body that cannot be scrubbed is refused.
+//   - HostLoopback (host.airlock.internal) is never resolved: it stands
+//     for the host's 127.0.0.1, then ::1, which the Policy decides.
 //
 // Known limit: the gateway does not intercept TLS, so an Encrypted Client
 // Hello is judged by its outer server name only.

@@ -462,10 +462,18 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 	}
 	out.URL.User = nil
 	stripHop(out.Header)
-	if ix != nil && icpt != nil {
-		// Credentials go upstream over TLS only, to the host they are
-		// bound to (the tunnel's, whose SNI and Host header were checked).
-		rec.Credential = strings.Join(icpt.Inject(out.Header, out.URL), ",")
+	var scrub *replacer
+	if icpt != nil {
+		if ix != nil {
+			// Credentials go upstream over TLS only, to the host they are
+			// bound to (the tunnel's, whose SNI and Host header were checked).
+			rec.Credential = strings.Join(icpt.Inject(out.Header, out.URL), ",")
+		}
+		if scrub = newReplacer(icpt.Scrub()); scrub != nil {
+			out.Header.Set("Accept-Encoding", "identity")
+			out.Header.Del("Range")
+			out.Header.Del("If-Range")
+		}
 	}
 	out.Header.Del("Expect") // answered here, below
 	if _, ok := out.Header["User-Agent"]; !ok {
@@ -530,7 +538,11 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 			err = errIdle
 		}
 		rec.Error = err.Error()
-		return refuse(status, "", fmt.Sprintf("airlock egress: %s %s: %v", what, tg, err))
+		if scrub != nil {
+			// A malformed response is quoted in the error.
+			rec.Error = scrub.Replace(rec.Error)
+		}
+		return refuse(status, "", fmt.Sprintf("airlock egress: %s %s: %s", what, tg, rec.Error))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusSwitchingProtocols {
@@ -538,15 +550,21 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 		return refuse(http.StatusBadGateway, "", "airlock egress: protocol upgrades are not proxied: use CONNECT")
 	}
 	stripHop(resp.Header)
-	if ix != nil && icpt != nil {
-		icpt.Scrub(resp.Header)
-		resp.Trailer = nil // sent after the body, past any scrubbing
+	if ix != nil && icpt != nil || scrub != nil {
+		resp.Trailer = nil // sent after the body, unscrubbed
 	}
-	// A streamed (or large) body is flushed to the client before each
-	// upstream read that may block; a small one goes out with the head.
-	rb := &respBody{src: resp.Body, g: g, c: c, bw: bw, touch: touch,
-		flushEarly: resp.ContentLength < 0 || resp.ContentLength > smallBody}
-	resp.Body = rb
+	if scrub != nil {
+		scrub.header(resp.Header)
+		scrubbed, err := scrubBody(resp, scrub)
+		if err != nil {
+			rec.Error = "response refused: " + err.Error()
+			keep = false // the body is not read
+			return refuse(http.StatusBadGateway, "", fmt.Sprintf("airlock egress: response from %s refused: %v (%s has credentials, whose secrets are scrubbed from responses)", tg, err, tg.host))
+		}
+		if scrubbed && req.ProtoAtLeast(1, 1) {
+			resp.TransferEncoding = []string{"chunked"}
+		}
+	}
 	resp.ProtoMajor, resp.ProtoMinor = 1, 1
 	if !req.ProtoAtLeast(1, 1) {
 		resp.ProtoMinor, resp.TransferEncoding = 0, nil
@@ -555,9 +573,25 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 		keep = false // close-delimited: Response.Write says Connection: close
 	}
 	resp.Close = !keep
+	// A chunk is written as its size line, its data and a CRLF: through a
+	// writer that holds a whole chunk, each goes out in one write rather
+	// than three (the small one's buffer fills mid-chunk).
+	w, flush := bw, []*bufio.Writer{bw}
+	if isChunked(resp.TransferEncoding) {
+		w = bufio.NewWriterSize(bw, chunkBuf)
+		flush = []*bufio.Writer{w, bw}
+	}
+	// A streamed (or large) body is flushed to the client before each
+	// upstream read that may block; a small one goes out with the head.
+	rb := &respBody{src: resp.Body, g: g, c: c, bw: flush, touch: touch,
+		flushEarly: resp.ContentLength < 0 || resp.ContentLength > smallBody}
+	resp.Body = rb
 	c.SetWriteDeadline(time.Now().Add(idle))
-	err = resp.Write(respWriter{bw})
+	err = resp.Write(respWriter{w})
 	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil && w != bw {
 		err = bw.Flush()
 	}
 	c.SetWriteDeadline(time.Time{})
@@ -573,6 +607,9 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 			err = errIdle
 		}
 		rec.Error = err.Error()
+		if scrub != nil {
+			rec.Error = scrub.Replace(rec.Error)
+		}
 		c.finish(&rec)
 		return false
 	}
@@ -602,6 +639,10 @@ func authority(tg target, defPort int) string {
 
 // smallBody is the largest response body sent with its head in one write.
 const smallBody = 64 << 10
+
+// chunkBuf holds a chunk of a chunked response and its framing: reads of
+// the body return at most 32 KiB (io.Copy's buffer).
+const chunkBuf = 32<<10 + 64
 
 // respWriter writes a response to the client's bufio.Writer. It hides
 // bufio.Writer.ReadFrom (so that respBody.Read may flush between writes)
@@ -736,7 +777,7 @@ type respBody struct {
 	src   io.ReadCloser
 	g     *Gateway
 	c     *conn
-	bw    *bufio.Writer
+	bw    []*bufio.Writer // flushed in order: the outermost first
 	touch func()
 	n     int64
 
@@ -744,9 +785,13 @@ type respBody struct {
 }
 
 func (b *respBody) Read(p []byte) (int, error) {
-	if b.flushEarly && b.bw.Buffered() > 0 {
-		if err := b.bw.Flush(); err != nil {
-			return 0, err
+	if b.flushEarly {
+		for _, w := range b.bw {
+			if w.Buffered() > 0 {
+				if err := w.Flush(); err != nil {
+					return 0, err
+				}
+			}
 		}
 	}
 	b.c.SetWriteDeadline(time.Now().Add(b.g.cfg.IdleTimeout))

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -37,12 +38,21 @@ type Interception interface {
 	// never values). It is called only for requests inside an intercepted
 	// TLS tunnel, which go upstream over TLS to the tunnel's host.
 	Inject(h http.Header, u *url.URL) []string
-	// Scrub puts placeholders back in place of secrets in the headers of
-	// the response to the request Inject saw, on its way to the sandbox
-	// (a server that echoes a credential, or redirects with it in the
-	// query, must not hand it over). The gateway drops the response's
-	// trailers. Bodies are not scrubbed.
-	Scrub(h http.Header)
+	// Scrub returns what must not reach the sandbox in the response to
+	// the request Inject saw (or to a plain-HTTP request, which Inject
+	// never sees), and what goes in its place: old, new pairs, every
+	// spelling of a secret the host may echo and its placeholder's. A
+	// server that echoes a credential, or redirects with it in the query,
+	// must not hand it over. nil: the host has no secrets.
+	//
+	// The gateway replaces the olds in the response's headers and,
+	// streaming, in its body (at one position the longest old), which it
+	// sends without a length; it asks upstream for an unencoded body
+	// (Accept-Encoding: identity) and whole (no Range: a range could cut
+	// a secret where no old matches), decodes gzip and deflate if the
+	// server encodes anyway, and refuses any other encoding. It drops
+	// the trailers of responses from intercepted tunnels.
+	Scrub() []string
 }
 
 // interceptFor returns the current policy's rules for tg, or nil. IP
@@ -145,10 +155,13 @@ func (g *Gateway) interceptTLS(c *conn, rec *Record, tg target, v verdict, hello
 		endTunnel(rec, c, cc.in.Load(), cc.out.Load(), fmt.Errorf("TLS handshake with the sandbox: %w", err))
 		return
 	}
-	ix := &intercepted{tg: tg, v: v, client: tc}
+	// Each write to the sandbox goes out as one write to the socket,
+	// however many TLS records it makes.
+	w := &recordWriter{Conn: tc, cc: cc}
+	ix := &intercepted{tg: tg, v: v, client: w}
 	ix.transport = g.upstreamTLS(ix)
 	defer ix.transport.CloseIdleConnections()
-	g.serveRequests(c, tc, ix)
+	g.serveRequests(c, w, ix)
 	c.SetWriteDeadline(time.Now().Add(lingerTimeout))
 	tc.CloseWrite() // close_notify
 	rec.Addr = ix.dialed()
@@ -200,11 +213,18 @@ func (g *Gateway) upstreamTLS(ix *intercepted) *http.Transport {
 }
 
 // countConn counts a client connection's bytes (TLS records included),
-// reading through r.
+// reading through r. While held, writes are gathered and go out together
+// at release: a TLS write of 16 KiB and a few bytes is two records, but
+// need not be two writes to the socket.
 type countConn struct {
 	net.Conn
 	r       io.Reader
 	in, out atomic.Int64
+
+	wmu     sync.Mutex // held while writing to Conn
+	mu      sync.Mutex // guards held and pending
+	held    bool
+	pending []byte
 }
 
 func (c *countConn) Read(p []byte) (int, error) {
@@ -214,7 +234,62 @@ func (c *countConn) Read(p []byte) (int, error) {
 }
 
 func (c *countConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	if c.held {
+		c.pending = append(c.pending, p...)
+		c.mu.Unlock()
+		return len(p), nil
+	}
+	c.mu.Unlock()
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	n, err := c.Conn.Write(p)
 	c.out.Add(int64(n))
+	return n, err
+}
+
+func (c *countConn) hold() {
+	c.mu.Lock()
+	c.held = true
+	c.mu.Unlock()
+}
+
+// release writes what was gathered since hold, in one write.
+func (c *countConn) release() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	c.held = false
+	data := c.pending
+	c.pending = c.pending[:0]
+	c.mu.Unlock()
+	if len(data) == 0 {
+		return nil
+	}
+	n, err := c.Conn.Write(data)
+	c.out.Add(int64(n))
+	if n < len(data) && err == nil {
+		err = io.ErrShortWrite
+	}
+	return err
+}
+
+// recordWriter is the sandbox's side of an intercepted tunnel: each Write
+// of application data reaches the socket in one write. Writes are
+// serialized.
+type recordWriter struct {
+	*tls.Conn
+	cc *countConn
+	mu sync.Mutex
+}
+
+func (w *recordWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cc.hold()
+	n, err := w.Conn.Write(p)
+	if rerr := w.cc.release(); err == nil && rerr != nil {
+		return 0, rerr
+	}
 	return n, err
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"runtime"
 	"strings"
 	"testing"
@@ -423,5 +425,38 @@ func TestMaxBytesCountsHeads(t *testing.T) {
 	}
 	if codes[0] != 200 || codes[4] == 200 {
 		t.Errorf("status codes %v: want the first through and the last refused", codes)
+	}
+}
+
+// TestStreamNotHeldBack: a chunked response's first chunk reaches the
+// client while the upstream waits for the client to have it (the server
+// writes its second chunk only then, or "late" if it gives up).
+func TestStreamNotHeldBack(t *testing.T) {
+	got := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		io.WriteString(rw, "first\n")
+		rw.(http.Flusher).Flush()
+		select {
+		case <-got:
+			io.WriteString(rw, "second\n")
+		case <-time.After(10 * time.Second):
+			io.WriteString(rw, "late\n")
+		}
+	}))
+	defer srv.Close()
+	w := newWorld(t, nil)
+	w.route(netip.AddrPortFrom(apiIP, 8080), srv.Listener.Addr().String())
+	resp, err := w.httpClient().Get("http://api.test:8080/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "first\n" {
+		t.Fatalf("first chunk: %q %v", line, err)
+	}
+	close(got)
+	if rest, err := io.ReadAll(br); err != nil || string(rest) != "second\n" {
+		t.Fatalf("the first chunk was held back until the server gave up: %q %v", rest, err)
 	}
 }

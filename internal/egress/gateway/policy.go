@@ -62,6 +62,16 @@ func (r *StaticResolver) LookupNetIP(ctx context.Context, host string) ([]netip.
 	return r.Fallback.LookupNetIP(ctx, "ip", name)
 }
 
+// HostLoopback is the name by which a sandbox reaches a service on the
+// loopback of the host the gateway runs on. The gateway never asks its
+// Resolver (nor a static host map) for it: it stands for 127.0.0.1, then
+// ::1, each decided by Policy.Addr like any address. Whether it is
+// reachable at all is the Policy's to say (package rules opens it only
+// by an allow rule naming it with the port).
+const HostLoopback = "host.airlock.internal"
+
+var hostLoopbackAddrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
+
 // denyAll is the policy in force when none was given: fail closed.
 type denyAll struct{}
 
@@ -164,6 +174,8 @@ func (g *Gateway) check(ctx context.Context, t target) verdict {
 	var ips []netip.Addr
 	if t.ip.IsValid() {
 		ips = []netip.Addr{t.ip}
+	} else if t.host == HostLoopback {
+		ips = hostLoopbackAddrs
 	} else {
 		rctx, cancel := context.WithTimeout(ctx, dialTimeout)
 		answer, err := g.cfg.Resolver.LookupNetIP(rctx, t.host)

@@ -62,6 +62,9 @@ func Compile(mode string, allow, deny []string) (*Policy, error) {
 		if err != nil {
 			return nil, err
 		}
+		if port, ok := pat.HostLoopbackPort(); ok && port == 0 {
+			return nil, errHostLoopbackPort(r)
+		}
 		p.Allow = append(p.Allow, pat)
 	}
 	for _, r := range deny {
@@ -82,32 +85,48 @@ func Compile(mode string, allow, deny []string) (*Policy, error) {
 // matching deny rule denies; in allowlist mode a matching allow rule is
 // needed; mode none denies everything. If host is an IP address, the
 // address is also checked as by Addr. An allowed name must still pass Addr
-// for each address it resolves to.
+// for each address it resolves to. HostLoopback is allowed only by an
+// allow rule naming it with the port, in either mode.
 func (p *Policy) Host(host string, port int) Decision {
 	if d, done := p.precheck(port); done {
 		return d
 	}
+	d, _ := p.host(host, port)
+	return d
+}
+
+// host is Host after precheck; it also returns the normalised name ("" for
+// an address or an invalid host).
+func (p *Policy) host(host string, port int) (Decision, string) {
 	name, ip, isIP, err := NormalizeHost(host)
 	if err != nil {
-		return deny(err.Error())
+		return deny(err.Error()), ""
 	}
 	if isIP {
-		return p.addr("", ip, port)
+		return p.addr("", ip, port, false), ""
 	}
 	for _, r := range p.Deny {
 		if r.Match(name, port) {
-			return deny(r.String())
+			return deny(r.String()), name
 		}
+	}
+	if name == HostLoopback {
+		for _, r := range p.Allow {
+			if r.opensHostLoopback(port) {
+				return allow(r.String()), name
+			}
+		}
+		return deny(hostLoopbackDenial(port)), name
 	}
 	for _, r := range p.Allow {
 		if r.Match(name, port) {
-			return allow(r.String())
+			return allow(r.String()), name
 		}
 	}
 	if p.Mode == ModeOpen {
-		return allow(RuleOpen)
+		return allow(RuleOpen), name
 	}
-	return deny("not in allowlist")
+	return deny("not in allowlist"), name
 }
 
 // RuleOpen is the rule of a decision that only mode open allowed (no allow
@@ -124,26 +143,29 @@ const RuleOpen = "mode open"
 // address is allowed if host is; with no host, in allowlist mode, it needs
 // an IP or CIDR allow rule.
 //
+// HostLoopback, once allowed, passes for the addresses it stands for
+// (HostLoopbackAddrs) and no other.
+//
 // The gateway must connect to exactly ip, and must have resolved the name
 // NormalizeHost returns, not the sandbox's spelling.
 func (p *Policy) Addr(host string, ip netip.Addr, port int) Decision {
 	if d, done := p.precheck(port); done {
 		return d
 	}
-	byName := ""
+	byName, loopback := "", false
 	if host != "" {
-		d := p.Host(host, port)
+		d, name := p.host(host, port)
 		if !d.Allow {
 			return d
 		}
-		byName = d.Rule
+		byName, loopback = d.Rule, name == HostLoopback
 	}
-	return p.addr(byName, ip, port)
+	return p.addr(byName, ip, port, loopback)
 }
 
 // addr is Addr after the name check; byName is the rule that allowed the
-// name, if any.
-func (p *Policy) addr(byName string, ip netip.Addr, port int) Decision {
+// name, if any, and loopback says the name was HostLoopback.
+func (p *Policy) addr(byName string, ip netip.Addr, port int, loopback bool) Decision {
 	if !ip.IsValid() {
 		return deny("invalid address")
 	}
@@ -158,6 +180,14 @@ func (p *Policy) addr(byName string, ip netip.Addr, port int) Decision {
 				return deny(r.String())
 			}
 		}
+	}
+	if loopback {
+		for _, a := range hostLoopbackAddrs {
+			if ip == a {
+				return allow(byName)
+			}
+		}
+		return deny(fmt.Sprintf("%s stands for the host's loopback (127.0.0.1, ::1), not %s", HostLoopback, ip))
 	}
 	byAddr := ""
 	for _, r := range p.Allow {

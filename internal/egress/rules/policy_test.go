@@ -233,3 +233,76 @@ func TestAddr(t *testing.T) {
 		}
 	}
 }
+
+// TestHostLoopback: host.airlock.internal opens only by an allow rule
+// naming it with the port, in either mode, for its loopback addresses;
+// each denial next to the allowed control.
+func TestHostLoopback(t *testing.T) {
+	if _, err := Compile("allowlist", []string{HostLoopback}, nil); err == nil || !errors.Is(err, errdefs.ErrInvalid) ||
+		!strings.Contains(err.Error(), "name the port, as in host.airlock.internal:11434") {
+		t.Errorf("a rule without a port: %v", err)
+	}
+	if _, err := Compile("allowlist", []string{"HOST.airlock.internal."}, nil); err == nil {
+		t.Error("a rule without a port, spelled otherwise, compiled")
+	}
+	if _, err := Compile("allowlist", nil, []string{HostLoopback}); err != nil {
+		t.Errorf("a deny rule without a port: %v", err) // denies every port: fine
+	}
+	exact := mustCompile(t, "allowlist", []string{"host.airlock.internal:11434"}, nil)
+	openExact := mustCompile(t, "open", []string{"host.airlock.internal:11434"}, nil)
+	wild := mustCompile(t, "allowlist", []string{"*.airlock.internal", "*.airlock.internal:11434"}, nil)
+	open := mustCompile(t, "open", []string{"*.airlock.internal"}, nil)
+	denied := mustCompile(t, "allowlist", []string{"host.airlock.internal:11434"}, []string{"*.airlock.internal:11434"})
+	deniedAddr := mustCompile(t, "allowlist", []string{"host.airlock.internal:11434"}, []string{"127.0.0.1"})
+	loop4, loop6 := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")
+	for _, tc := range []struct {
+		name          string
+		p             *Policy
+		host          string
+		port          int
+		ip            netip.Addr
+		byName, allow bool // Host's and Addr's answers
+	}{
+		{"exact rule", exact, HostLoopback, 11434, loop4, true, true},
+		{"exact rule, ::1", exact, HostLoopback, 11434, loop6, true, true},
+		{"exact rule, spelled otherwise", exact, "Host.Airlock.Internal.", 11434, loop4, true, true},
+		{"exact rule, open mode", openExact, HostLoopback, 11434, loop4, true, true},
+		{"another port", exact, HostLoopback, 5432, loop4, false, false},
+		{"another loopback address", exact, HostLoopback, 11434, netip.MustParseAddr("127.0.0.2"), true, false},
+		{"another address", exact, HostLoopback, 11434, netip.MustParseAddr("10.0.0.5"), true, false},
+		{"a wildcard", wild, HostLoopback, 11434, loop4, false, false},
+		{"a wildcard's other names", wild, "x.airlock.internal", 11434, netip.MustParseAddr("93.184.216.34"), true, true},
+		{"open mode", open, HostLoopback, 11434, loop4, false, false},
+		{"open mode, another name", open, "x.example.org", 11434, netip.MustParseAddr("93.184.216.34"), true, true},
+		{"a name deny rule", denied, HostLoopback, 11434, loop4, false, false},
+		{"an address deny rule", deniedAddr, HostLoopback, 11434, loop4, true, false},
+		{"an address deny rule, the other address", deniedAddr, HostLoopback, 11434, loop6, true, true},
+	} {
+		dh := tc.p.Host(tc.host, tc.port)
+		da := tc.p.Addr(tc.host, tc.ip, tc.port)
+		if dh.Allow != tc.byName || da.Allow != tc.allow {
+			t.Errorf("%s: Host %+v, Addr(%v) %+v; want %v, %v", tc.name, dh, tc.ip, da, tc.byName, tc.allow)
+		}
+		if !tc.allow && da.Rule == "" {
+			t.Errorf("%s: a denial without its reason", tc.name)
+		}
+	}
+	// The denial says what would open it.
+	if d := open.Host(HostLoopback, 11434); d.Allow || !strings.Contains(d.Rule, "only an allow rule naming it with the port") {
+		t.Errorf("open mode: %+v", d)
+	}
+	// A bare loopback address keeps needing an IP rule (the control: the
+	// name's rule does not open the address itself).
+	if d := exact.Host("127.0.0.1", 11434); d.Allow {
+		t.Errorf("the name's rule opened the address: %+v", d)
+	}
+	if d := mustCompile(t, "allowlist", []string{"127.0.0.1:11434"}, nil).Host("127.0.0.1", 11434); !d.Allow {
+		t.Errorf("an IP rule: %+v", d)
+	}
+	if p, ok := mustCompile(t, "allowlist", []string{"host.airlock.internal:80"}, nil).Allow[0].HostLoopbackPort(); !ok || p != 80 {
+		t.Errorf("HostLoopbackPort = %d, %v", p, ok)
+	}
+	if _, ok := wild.Allow[0].HostLoopbackPort(); ok {
+		t.Error("a wildcard names the host's loopback")
+	}
+}
