@@ -423,13 +423,21 @@ func TestCredentialInjection(t *testing.T) {
 
 	// The audit names the credentials, never their values; neither the
 	// records nor the gateway's log hold the secret.
+	// A request's record is written once its response has been relayed,
+	// which can be just after the client read it: wait (bounded) for it.
 	var https []gateway.Record
-	for _, r := range h.recordsFor("api.test") {
-		if r.Proto == "https" {
-			https = append(https, r)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		https = nil
+		for _, r := range h.recordsFor("api.test") {
+			if r.Proto == "https" {
+				https = append(https, r)
+			}
+			if strings.Contains(fmt.Sprintf("%+v", r), testSecret) {
+				t.Fatalf("a record holds the secret: %+v", r)
+			}
 		}
-		if strings.Contains(fmt.Sprintf("%+v", r), testSecret) {
-			t.Fatalf("a record holds the secret: %+v", r)
+		if len(https) >= 3 || time.Now().After(deadline) {
+			break
 		}
 	}
 	if len(https) != 3 || https[0].Credential != "token,apikey" || https[0].Path != "/repos/x" || !https[0].Allowed || https[0].Addr == "" {
