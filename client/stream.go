@@ -169,8 +169,12 @@ func decodeStreamEvent(what string, b []byte, v any) error {
 	var e struct {
 		Error json.RawMessage `json:"error"`
 	}
-	if err := json.Unmarshal(b, &e); err != nil {
-		return fmt.Errorf("airlock: %s stream: bad event %.80q: %w", what, b, err)
+	// Only a line that names "error" can be one: parse it for that only
+	// then (a parse scans the whole line, and output events are large).
+	if bytes.Contains(b, []byte(`"error"`)) {
+		if err := json.Unmarshal(b, &e); err != nil {
+			return fmt.Errorf("airlock: %s stream: bad event %.80q: %w", what, b, err)
+		}
 	}
 	if len(e.Error) > 0 && e.Error[0] == '{' {
 		var body api.ErrorBody

@@ -334,11 +334,21 @@ type capped struct {
 	dropped uint64
 }
 
-// drain reads a captured stream to its end.
+// drain reads a captured stream to its end. Until it has its limit it is
+// an attached reader (the process waits for it rather than losing bytes);
+// beyond, it only counts what it discards and lets the process run free.
 func (c *capped) drain(ctx context.Context, or runtime.OutputReader, stream, limit int) {
 	var cursor uint64
+	a := attach(or, stream)
+	defer func() { a.Close(false) }()
 	for {
-		ch, err := or.ReadOutput(ctx, stream, cursor, 256<<10, 10*time.Second)
+		if len(c.data) >= limit {
+			if _, plain := a.(plainReader); !plain {
+				a.Close(false)
+				a = plainReader{or, stream}
+			}
+		}
+		ch, err := a.Read(ctx, cursor, 256<<10, 10*time.Second)
 		if err != nil {
 			return
 		}

@@ -97,6 +97,26 @@ type OutputReader interface {
 	ReadOutput(ctx context.Context, stream int, cursor uint64, max int, wait time.Duration) (OutputChunk, error)
 }
 
+// OutputAttacher is implemented by processes started with Capture whose
+// runtime can make the process wait for a reader that is attached and
+// behind (backpressure) instead of dropping what it has not read.
+type OutputAttacher interface {
+	AttachOutput(stream int) OutputAttachment
+}
+
+// OutputAttachment is one attached reader of a stream. Each Read also
+// holds the stream from its cursor on: while the bytes so held fill the
+// runtime's buffer, the process blocks in write. The hold is renewed while
+// the attachment is open, even when no Read is under way (the reader is
+// busy delivering a chunk to a slow client).
+type OutputAttachment interface {
+	Read(ctx context.Context, cursor uint64, max int, wait time.Duration) (OutputChunk, error)
+	// Close ends the hold at once; with linger it is left to lapse after
+	// the runtime's grace period instead (the daemon is shutting down, and
+	// the client will resume from its cursor with the next one).
+	Close(linger bool)
+}
+
 // StdinWriter is implemented by processes started with Capture: their
 // stdin is fed through the sandbox's agent, in order.
 type StdinWriter interface {

@@ -27,6 +27,7 @@ type sandbox struct {
 	workspace     string
 	tempWorkspace bool
 	detached      bool // outlives its supervisor; see Runtime.Detached
+	agentVersion  int  // the agent's protocol version (agent.Version)
 	placeholders  []string
 	cg            *cgroup.Cgroup
 	initPid       int
@@ -364,9 +365,15 @@ var _ runtime.OutputReader = (*process)(nil)
 
 // ReadOutput implements runtime.OutputReader.
 func (p *process) ReadOutput(ctx context.Context, stream int, cursor uint64, max int, wait time.Duration) (runtime.OutputChunk, error) {
+	return p.readOutput(ctx, stream, cursor, max, wait, 0)
+}
+
+// readOutput reads captured output, for the attached reader (0: none).
+func (p *process) readOutput(ctx context.Context, stream int, cursor uint64, max int, wait time.Duration, reader uint64) (runtime.OutputChunk, error) {
 	m, err := p.sb.call(ctx, func(seq uint64) *agent.Message {
 		return &agent.Message{Type: agent.TypeRead, Read: &agent.ReadRequest{
-			Seq: seq, ID: p.id, Stream: stream, Cursor: cursor, Max: max, WaitMs: int(wait / time.Millisecond),
+			Seq: seq, ID: p.id, Stream: stream, Cursor: cursor, Max: max, WaitMs: int(wait / time.Millisecond), Reader: reader,
+			Raw: p.sb.agentVersion >= 1,
 		}}
 	})
 	if err != nil {
