@@ -296,7 +296,9 @@ func decodeOutputEvent(b []byte, ev *api.OutputEvent) error {
 	}
 	enc, tail := b[start:start+n], b[start+n:]
 	// Decode would skip CR and LF, which a JSON string cannot hold raw.
-	if bytes.ContainsAny(enc, "\\\r\n") || bytes.Contains(tail, []byte(`"data"`)) {
+	// (Three IndexByte are much faster than one ContainsAny.)
+	if bytes.IndexByte(enc, '\\') >= 0 || bytes.IndexByte(enc, '\r') >= 0 || bytes.IndexByte(enc, '\n') >= 0 ||
+		bytes.Contains(tail, []byte(`"data"`)) {
 		return decodeStreamEvent("output", b, ev)
 	}
 	data := make([]byte, base64.StdEncoding.DecodedLen(len(enc)))
