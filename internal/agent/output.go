@@ -108,13 +108,22 @@ func (b *outputBuffer) read(cursor uint64, max int) (data []byte, from uint64, e
 	return data, from, b.eof && from+uint64(n) == b.end, b.changed
 }
 
+// startHold is the id of the hold a process's output can start with
+// (ExecRequest.Hold), which the first attached reader's hold replaces.
+// Readers' ids are never 0.
+const startHold = 0
+
 // hold registers or renews the hold of reader: the bytes from keep on are
-// kept for it until release, or until HoldGrace after now.
+// kept for it until release, or until HoldGrace after now. The first hold
+// of a reader ends the start hold.
 func (b *outputBuffer) hold(reader, keep uint64, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.holds == nil {
 		b.holds = map[uint64]*hold{}
+	}
+	if reader != startHold {
+		delete(b.holds, startHold)
 	}
 	h := b.holds[reader]
 	if h == nil {

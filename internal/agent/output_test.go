@@ -139,6 +139,19 @@ func TestOutputBufferHolds(t *testing.T) {
 	if n, _, _ := b.room(now); n != 100 || len(b.holds) != 0 {
 		t.Fatalf("room after releaseAll = %d", n)
 	}
+
+	// A process's output held from its start keeps everything until the
+	// first reader attaches, whose own hold replaces it.
+	b = newOutputBuffer(100)
+	b.hold(startHold, 0, now)
+	b.write(make([]byte, 100))
+	if n, _, _ := b.room(now); n != 0 {
+		t.Fatalf("room with the start hold and 100 bytes = %d, want 0", n)
+	}
+	b.hold(5, 40, now)
+	if n, _, _ := b.room(now); n != 40 || len(b.holds) != 1 {
+		t.Fatalf("room after the first reader attached at 40 = %d (holds %v), want 40", n, b.holds)
+	}
 }
 
 // TestOutputBufferPump: a writer much faster than its attached reader

@@ -273,9 +273,14 @@ type ExecRequest struct {
 	// to descriptors of the supervisor, so output survives a supervisor
 	// that goes away. Stdin is a pipe fed by TypeStdin. No descriptors come
 	// with it.
-	Capture bool   `json:"capture,omitempty"`
-	Rows    uint16 `json:"rows,omitempty"`
-	Cols    uint16 `json:"cols,omitempty"`
+	Capture bool `json:"capture,omitempty"`
+	// Hold (with Capture) keeps the output from the process's start until
+	// an attached reader's first read (see ReadRequest.Reader), or
+	// HoldGrace, so that a reader that attaches right after the start
+	// misses nothing.
+	Hold bool   `json:"hold,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
 }
 
 // Started confirms a process start; with TTY it carries the master fd.

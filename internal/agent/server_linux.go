@@ -244,6 +244,11 @@ func (s *Server) exec(req *ExecRequest, files []*os.File) {
 			s.fail(req.ID, "capture: "+err.Error())
 			return
 		}
+		if req.Hold {
+			now := time.Now()
+			bufs[0].hold(startHold, 0, now)
+			bufs[1].hold(startHold, 0, now)
+		}
 		defer closeAll(stdio)
 		attr.Files = []uintptr{stdio[0].Fd(), stdio[1].Fd(), stdio[2].Fd()}
 		queue := make(chan *Stdin, 64)

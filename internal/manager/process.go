@@ -181,7 +181,10 @@ func (m *Manager) execRequest(sb *Sandbox, req *api.ExecRequest, tty bool) (*run
 		list = append(list, k+"="+v)
 	}
 	sort.Strings(list)
-	return &runtime.ExecRequest{Argv: req.Argv, Env: list, Dir: cwd, TTY: tty, Capture: !tty}, timeout, nil
+	// The output is held from the start: a client that starts a process
+	// and follows it (airlock exec, exec's own drain) gets every byte; one
+	// nobody follows is held back for the runtime's grace at most.
+	return &runtime.ExecRequest{Argv: req.Argv, Env: list, Dir: cwd, TTY: tty, Capture: !tty, Hold: !tty}, timeout, nil
 }
 
 // start starts a process and tracks it until it ends.

@@ -160,8 +160,13 @@ type ExecRequest struct {
 	// bytes) for OutputReader instead of writing to Stdout and Stderr, so
 	// output outlives a supervisor that goes away; stdin is empty.
 	Capture bool
-	Rows    uint16
-	Cols    uint16
+	// Hold (with Capture, for an OutputAttacher) keeps the output from
+	// the start until a reader attaches, for the runtime's grace period at
+	// most: a client that starts a process and then follows it misses
+	// nothing, however fast the process writes meanwhile.
+	Hold bool
+	Rows uint16
+	Cols uint16
 	// Stdin, Stdout and Stderr are handed to the process as they are when
 	// TTY is false. They must not be terminals (the caller interposes pipes
 	// for terminals so that the sandbox never holds the caller's tty).

@@ -202,6 +202,23 @@ func TestOutputBackpressureReaders(t *testing.T) {
 		}
 	})
 
+	t.Run("attach after start", func(t *testing.T) {
+		// The output is held from the start: a reader that attaches a
+		// moment after the process has written far more than the agent's
+		// buffer (as airlock exec does, after closing stdin) misses
+		// nothing.
+		p, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: hashedOutput(n)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		r := newReceived()
+		if err := d.c.FollowOutput(ctx, sb.ID, p.ID, "", r.event); err != nil {
+			t.Fatal(err)
+		}
+		r.check(t, "reader attached after a second", n)
+	})
+
 	t.Run("reader gone", func(t *testing.T) {
 		p, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: hashedOutput(n)})
 		if err != nil {

@@ -153,6 +153,7 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 		return fail(errors.New("exec: a TTY process cannot be captured"))
 	}
 	msg.Exec.Capture = req.Capture
+	msg.Exec.Hold = req.Capture && req.Hold
 	var fds []int
 	if !req.TTY && !req.Capture {
 		if req.Stdin == nil || req.Stdout == nil || req.Stderr == nil {
