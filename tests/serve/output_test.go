@@ -5,6 +5,7 @@ package serve
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -217,6 +218,43 @@ func TestOutputBackpressureReaders(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.check(t, "reader attached after a second", n)
+	})
+
+	t.Run("stdin", func(t *testing.T) {
+		// A process fed a large stdin with the request writes more output
+		// meanwhile than the agent buffers, before any reader could
+		// attach: exec gets its first MiB, and a background process's
+		// follower every byte.
+		in := make([]byte, 16<<20)
+		crand.Read(in)
+		res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"cat"}, Stdin: in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode != 0 || !res.StdoutTruncated || !bytes.HasPrefix(res.Stdout, in[:1<<20]) {
+			t.Fatalf("exec cat: exit %d, truncated %v, first MiB equal %v", res.ExitCode, res.StdoutTruncated, bytes.HasPrefix(res.Stdout, in[:1<<20]))
+		}
+		p, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"cat"}, Stdin: in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.c.CloseStdin(ctx, sb.ID, p.ID); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		lost := uint64(0)
+		if err := d.c.FollowOutput(ctx, sb.ID, p.ID, "", func(ev api.OutputEvent) error {
+			if ev.Kind == api.EventStdout {
+				out.Write(ev.Data)
+			}
+			lost += ev.Bytes
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if lost != 0 || !bytes.Equal(out.Bytes(), in) {
+			t.Fatalf("background cat: %d bytes back of %d, %d lost, equal %v", out.Len(), len(in), lost, bytes.Equal(out.Bytes(), in))
+		}
 	})
 
 	t.Run("reader gone", func(t *testing.T) {
