@@ -38,6 +38,7 @@ type outputBuffer struct {
 	eof     bool
 	cap     int
 	changed chan struct{} // closed and replaced on every write and at EOF
+	ended   chan struct{} // closed at EOF
 
 	holds map[uint64]*hold // attached readers by id
 	freed chan struct{}    // closed and replaced when a hold changes or ends
@@ -50,7 +51,7 @@ type hold struct {
 }
 
 func newOutputBuffer(capacity int) *outputBuffer {
-	return &outputBuffer{cap: capacity, changed: make(chan struct{}), freed: make(chan struct{})}
+	return &outputBuffer{cap: capacity, changed: make(chan struct{}), ended: make(chan struct{}), freed: make(chan struct{})}
 }
 
 // write appends p, dropping the oldest bytes beyond the capacity.
@@ -88,6 +89,7 @@ func (b *outputBuffer) close() {
 	b.eof = true
 	close(b.changed)
 	b.changed = make(chan struct{})
+	close(b.ended)
 }
 
 // read returns up to max bytes from cursor on: the data, the offset it

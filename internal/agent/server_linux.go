@@ -32,6 +32,10 @@ type Server struct {
 // maxPending bounds the exits kept for a supervisor that is not connected.
 const maxPending = 1 << 16
 
+// exitFlush is how long the exit of a captured process waits for the end
+// of its output (a child it left may hold the output open).
+const exitFlush = 100 * time.Millisecond
+
 // NewServer returns a server on conn. With a listener (a listening unix
 // socket only the supervisor side can reach), the sandbox survives the loss
 // of its channel and waits for the next supervisor there.
@@ -331,7 +335,24 @@ func (s *Server) reap() {
 		case ws.Signaled():
 			ex.Signal = int(ws.Signal())
 		}
-		go s.send(&Message{Type: TypeExit, Exit: ex})
+		bufs, captured := s.outputs[id]
+		go func() {
+			if captured {
+				// Its output first: a supervisor that reads what there is
+				// once it learns of the exit then finds all of it, unless
+				// a child the process left holds its output open.
+				late := make(chan struct{})
+				t := time.AfterFunc(exitFlush, func() { close(late) })
+				for _, b := range bufs {
+					select {
+					case <-b.ended:
+					case <-late:
+					}
+				}
+				t.Stop()
+			}
+			s.send(&Message{Type: TypeExit, Exit: ex})
+		}()
 	}
 }
 

@@ -308,12 +308,11 @@ func (m *Manager) Exec(ctx context.Context, id string, req *api.ExecRequest) (ap
 	}
 	var out, errb capped
 	var wg sync.WaitGroup
-	dctx, stopDrain := context.WithCancel(ctx)
-	defer stopDrain()
+	stop := make(chan struct{})
 	drained := make(chan struct{})
 	wg.Add(2)
-	go func() { defer wg.Done(); out.drain(dctx, or, 1, limit) }()
-	go func() { defer wg.Done(); errb.drain(dctx, or, 2, limit) }()
+	go func() { defer wg.Done(); out.drain(ctx, stop, or, 1, limit) }()
+	go func() { defer wg.Done(); errb.drain(ctx, stop, or, 2, limit) }()
 	go func() { wg.Wait(); close(drained) }()
 	select {
 	case <-p.done:
@@ -323,12 +322,13 @@ func (m *Manager) Exec(ctx context.Context, id string, req *api.ExecRequest) (ap
 		<-p.done
 	}
 	// The result is due when the process exits, even if a background child
-	// it left keeps its output open: what it wrote is read for a short
-	// grace period, then the rest is left to the output stream.
+	// it left keeps its output open: the streams are read to their end for
+	// a short grace period, then to what the agent has (however long that
+	// takes to arrive), and the rest is left to the output stream.
 	select {
 	case <-drained:
 	case <-time.After(exitGrace):
-		stopDrain()
+		close(stop)
 		<-drained
 	}
 	v := p.view()
@@ -348,23 +348,43 @@ type capped struct {
 	dropped uint64
 }
 
-// drain reads a captured stream to its end. Until it has its limit it is
-// an attached reader (the process waits for it rather than losing bytes);
-// beyond, it only counts what it discards and lets the process run free.
-func (c *capped) drain(ctx context.Context, or runtime.OutputReader, stream, limit int) {
+// drain reads a captured stream to its end or, once stop is closed, to
+// what the agent has then. Until it has its limit it is an attached
+// reader (the process waits for it rather than losing bytes); beyond, it
+// only counts what it discards and lets the process run free.
+func (c *capped) drain(ctx context.Context, stop <-chan struct{}, or runtime.OutputReader, stream, limit int) {
 	var cursor uint64
 	a := attach(or, stream)
 	defer func() { a.Close(false) }()
-	for {
+	waiting, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-waiting.Done():
+		}
+	}()
+	rctx, wait := waiting, 10*time.Second
+	// After stop: reads that do not wait, as many as the agent's buffer
+	// and a pipe can hold (a background child may keep writing).
+	const lastReads = 8
+	for n := 0; wait > 0 || n < lastReads; n++ {
 		if len(c.data) >= limit {
 			if _, plain := a.(plainReader); !plain {
 				a.Close(false)
 				a = plainReader{or, stream}
 			}
 		}
-		ch, err := a.Read(ctx, cursor, 256<<10, 10*time.Second)
+		ch, err := a.Read(rctx, cursor, 256<<10, wait)
 		if err != nil {
-			return
+			if ctx.Err() != nil || wait == 0 || rctx.Err() == nil {
+				return
+			}
+			// Stopped while waiting: an answer still on its way is
+			// asked for again.
+			rctx, wait, n = ctx, 0, -1
+			continue
 		}
 		if ch.From > cursor {
 			c.dropped += ch.From - cursor
@@ -373,7 +393,7 @@ func (c *capped) drain(ctx context.Context, or runtime.OutputReader, stream, lim
 		c.data = append(c.data, ch.Data[:keep]...)
 		c.dropped += uint64(len(ch.Data) - keep)
 		cursor = ch.Next()
-		if ch.EOF {
+		if ch.EOF || (wait == 0 && len(ch.Data) == 0) {
 			return
 		}
 	}

@@ -309,6 +309,12 @@ func TestOutputBackpressureReaders(t *testing.T) {
 		if more, _ := strconv.Atoi(string(m[1])); more <= 0 || more > want.Len()-1<<20 {
 			t.Fatalf("truncation marker counts %d more bytes, the output has %d beyond the cap", more, want.Len()-1<<20)
 		}
+		// A child left behind holds the output open: exec answers when
+		// the process exits, with what it wrote.
+		res, err = d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "echo hi; sleep 600 &"}})
+		if err != nil || res.ExitCode != 0 || string(res.Stdout) != "hi\n" {
+			t.Fatalf("exec with a background child: %+v %v", res, err)
+		}
 	})
 }
 
