@@ -156,6 +156,8 @@ type OutputOptions struct {
 
 // Output opens one stream of the process's output. Read it with Next,
 // and Close it. A stream that breaks is not resumed: FollowOutput does that.
+// While the stream is open it gets every byte from its cursor on: a
+// process that writes faster than it is read waits for the reader.
 func (c *Client) Output(ctx context.Context, id, pid string, opts OutputOptions) (*OutputStream, error) {
 	p, err := processPath(id, pid, "/output")
 	if err != nil {
