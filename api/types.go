@@ -197,7 +197,8 @@ type SignalRequest struct {
 //
 // Kind "stdout"/"stderr": Data (base64 in JSON) starts at byte Offset of
 // that stream. Kind "lost": Bytes bytes of Stream before Offset were
-// dropped (the process wrote more than the daemon keeps). Kind "exit": the
+// dropped (the process wrote more than the daemon keeps while no client
+// followed it). Kind "exit": the
 // process ended and all its output was sent. Cursor, on every event, is the
 // value of ?cursor= that resumes right after it.
 type OutputEvent struct {

@@ -62,6 +62,7 @@ type eventReader struct {
 	sse    bool
 	lines  [][]byte // SSE: lines split off a line by lone CRs, not yet parsed
 	lastID string   // SSE: the last event id
+	line   []byte   // readLine's buffer, reused
 }
 
 func newEventReader(body io.ReadCloser, sse bool) eventReader {
@@ -88,10 +89,12 @@ func (r *eventReader) next() ([]byte, string, error) {
 	}
 }
 
-// readLine returns the next line without its "\n". A last line without one
-// is io.ErrUnexpectedEOF: the daemon ends every line.
+// readLine returns the next line without its "\n", valid until the next
+// call. A last line without one is io.ErrUnexpectedEOF: the daemon ends
+// every line.
 func (r *eventReader) readLine() ([]byte, error) {
-	var line []byte
+	line := r.line[:0]
+	defer func() { r.line = line[:0] }()
 	for {
 		frag, err := r.br.ReadSlice('\n')
 		if len(line)+len(frag) > maxEventLine {
@@ -169,8 +172,12 @@ func decodeStreamEvent(what string, b []byte, v any) error {
 	var e struct {
 		Error json.RawMessage `json:"error"`
 	}
-	if err := json.Unmarshal(b, &e); err != nil {
-		return fmt.Errorf("airlock: %s stream: bad event %.80q: %w", what, b, err)
+	// Only a line that names "error" can be one: parse it for that only
+	// then (a parse scans the whole line, and output events are large).
+	if bytes.Contains(b, []byte(`"error"`)) {
+		if err := json.Unmarshal(b, &e); err != nil {
+			return fmt.Errorf("airlock: %s stream: bad event %.80q: %w", what, b, err)
+		}
 	}
 	if len(e.Error) > 0 && e.Error[0] == '{' {
 		var body api.ErrorBody

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +20,15 @@ type Conn struct {
 
 // NewConn wraps a connected SOCK_SEQPACKET socket.
 func NewConn(f *os.File) *Conn {
-	return &Conn{f: f, buf: make([]byte, inlineMax+1), oob: make([]byte, unix.CmsgSpace(16*4))}
+	// A packet with a payload (SendPayload) needs a send buffer larger
+	// than some systems' default; where this is refused, such packets
+	// fall back to plain messages.
+	if rc, err := f.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, 2*maxPacket)
+		})
+	}
+	return &Conn{f: f, buf: make([]byte, maxPacket+1), oob: make([]byte, unix.CmsgSpace(16*4))}
 }
 
 // File returns the underlying socket.
@@ -47,6 +56,38 @@ func (c *Conn) Send(m *Message, fds ...int) error {
 		return c.send(header, append([]int{int(spill.Fd())}, fds...))
 	}
 	return c.send(b, fds)
+}
+
+// SendPayload sends a data answer with its bytes outside the JSON, in the
+// same packet after a NUL byte (which JSON never holds), sparing both ends
+// base64 and the JSON scanner. It is for an agent whose supervisor asked
+// for it (ReadRequest.Raw). An error leaves the caller to send d as a
+// plain message, e.g. when the socket's send buffer cannot take the
+// packet.
+func (c *Conn) SendPayload(d *Data) error {
+	if len(d.Data) > MaxPayload {
+		return fmt.Errorf("payload of %d bytes exceeds %d", len(d.Data), MaxPayload)
+	}
+	h := *d
+	h.Data, h.Raw = nil, len(d.Data)
+	b, err := json.Marshal(&Message{Type: TypeData, Data: &h})
+	if err != nil {
+		return err
+	}
+	rc, err := c.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	bufs := [][]byte{b, {0}, d.Data}
+	var serr error
+	werr := rc.Write(func(fd uintptr) bool {
+		_, serr = unix.SendmsgBuffers(int(fd), bufs, nil, nil, 0)
+		return serr != unix.EAGAIN
+	})
+	if werr != nil {
+		return werr
+	}
+	return serr
 }
 
 // spillFile returns a memfd holding b, positioned at its start.
@@ -126,6 +167,14 @@ func (c *Conn) Recv() (*Message, []*os.File, error) {
 		closeAll(files)
 		return nil, nil, ErrClosed
 	}
+	if i := bytes.IndexByte(c.buf[:n], 0); i >= 0 {
+		m, err := parsePayload(c.buf[:i], c.buf[i+1:n])
+		if err != nil {
+			closeAll(files)
+			return nil, nil, err
+		}
+		return m, files, nil
+	}
 	if n > inlineMax {
 		closeAll(files)
 		return nil, nil, fmt.Errorf("bad control message: inline message over %d bytes", inlineMax)
@@ -161,6 +210,23 @@ func (c *Conn) Recv() (*Message, []*os.File, error) {
 		return nil, nil, fmt.Errorf("bad spilled control message: %w", err)
 	}
 	return &inner, files, nil
+}
+
+// parsePayload parses a packet of SendPayload: a data answer whose bytes
+// follow its JSON.
+func parsePayload(header, payload []byte) (*Message, error) {
+	var m Message
+	if len(header) > inlineMax {
+		return nil, fmt.Errorf("bad control message: header over %d bytes", inlineMax)
+	}
+	if err := json.Unmarshal(header, &m); err != nil {
+		return nil, fmt.Errorf("bad control message: %w", err)
+	}
+	if m.Type != TypeData || m.Data == nil || m.Spill || len(m.Data.Data) > 0 || m.Data.Raw != len(payload) {
+		return nil, fmt.Errorf("bad control message: a %q message with a payload of %d bytes", m.Type, len(payload))
+	}
+	m.Data.Data, m.Data.Raw = bytes.Clone(payload), 0
+	return &m, nil
 }
 
 func closeAll(files []*os.File) {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"os"
@@ -134,5 +135,50 @@ func TestConnLargeMessage(t *testing.T) {
 	huge := strings.Repeat("y", MaxMessage)
 	if err := ca.Send(&Message{Type: TypeExec, Exec: &ExecRequest{Argv: []string{huge}}}); err == nil || !strings.Contains(err.Error(), "exceeds") {
 		t.Fatalf("a message over MaxMessage: %v", err)
+	}
+}
+
+// A data answer with its bytes after the JSON (SendPayload) arrives as the
+// same Data, at the largest size, with NUL bytes in the data; a payload
+// with any other message, or whose length the header does not give, is
+// refused (the agent is untrusted).
+func TestConnPayload(t *testing.T) {
+	ca, cb := connPair(t)
+	data := make([]byte, MaxPayload)
+	for i := range data {
+		data[i] = byte(i % 251) // with NULs
+	}
+	if err := ca.SendPayload(&Data{Seq: 9, From: 1 << 40, Data: data, EOF: true}); err != nil {
+		t.Fatal(err)
+	}
+	got, files, err := cb.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 0 || got.Type != TypeData || got.Data == nil || got.Data.Seq != 9 || got.Data.From != 1<<40 || !got.Data.EOF || got.Data.Raw != 0 || !bytes.Equal(got.Data.Data, data) {
+		t.Fatalf("got %s with %d bytes", got.Type, len(got.Data.Data))
+	}
+	if err := ca.SendPayload(&Data{Data: make([]byte, MaxPayload+1)}); err == nil {
+		t.Fatal("a payload over MaxPayload was sent")
+	}
+	for _, pkt := range []string{
+		`{"type":"exec","exec":{"id":1}}` + "\x00abc",
+		`{"type":"data","data":{"seq":1,"raw":4}}` + "\x00abc",
+		`{"type":"data","data":{"seq":1,"raw":3,"data":"eHl6"}}` + "\x00abc",
+		`{"type":"data","spill":true,"data":{"seq":1,"raw":3}}` + "\x00abc",
+	} {
+		a, b, err := SocketPair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cb := NewConn(b)
+		if _, err := a.Write([]byte(pkt)); err != nil {
+			t.Fatal(err)
+		}
+		if m, _, err := cb.Recv(); err == nil {
+			t.Errorf("packet %q accepted as %+v", pkt, m)
+		}
+		a.Close()
+		cb.Close()
 	}
 }

@@ -42,7 +42,15 @@ const (
 	// agent answers TypeAck once the bytes are in the pipe.
 	TypeStdin = "stdin"
 	TypeAck   = "ack"
+	// TypeHold renews, moves or releases an attached reader's hold on a
+	// captured stream (see ReadRequest.Reader); it has no answer.
+	TypeHold = "hold"
 )
+
+// Version is the agent's protocol version, reported in State so that a
+// supervisor adopting a sandbox started by an older binary knows what it
+// understands. 0 (absent): no holds (ReadRequest.Reader, TypeHold).
+const Version = 1
 
 // File operations.
 const (
@@ -75,6 +83,13 @@ const (
 
 // MaxRead bounds the data of one TypeData answer.
 const MaxRead = 256 << 10
+
+// MaxPayload bounds the bytes that follow a message in its packet
+// (Conn.SendPayload), and maxPacket the packet.
+const (
+	MaxPayload = MaxRead
+	maxPacket  = inlineMax + 1 + MaxPayload
+)
 
 // Messages travel over a SOCK_SEQPACKET socket pair, one message per
 // packet. A packet is bounded by the socket's send buffer (often ~200 KiB,
@@ -109,6 +124,7 @@ type Message struct {
 	Release *Release     `json:"release,omitempty"`
 	File    *FileRequest `json:"file,omitempty"`
 	Stdin   *Stdin       `json:"stdin,omitempty"`
+	Hold    *Hold        `json:"hold,omitempty"`
 	Ack     *Ack         `json:"ack,omitempty"`
 	Result  *FileResult  `json:"result,omitempty"`
 }
@@ -151,6 +167,12 @@ type FileInfo struct {
 // ReadRequest asks for a captured stream of process ID from Cursor on,
 // waiting up to WaitMs for data if there is none yet. Seq pairs it with its
 // answer.
+//
+// Reader, when not 0, names an attached reader (a random id its
+// supervisor chose): the read also holds the stream from Cursor on, as a
+// Hold with Keep = Cursor would. While the bytes attached readers hold
+// fill the buffer, the agent stops reading the process's pipe, so the
+// process waits for them instead of losing output.
 type ReadRequest struct {
 	Seq    uint64 `json:"seq"`
 	ID     uint64 `json:"id"`
@@ -158,6 +180,20 @@ type ReadRequest struct {
 	Cursor uint64 `json:"cursor"`
 	Max    int    `json:"max"`
 	WaitMs int    `json:"wait_ms,omitempty"`
+	Reader uint64 `json:"reader,omitempty"`
+	// Raw asks for the answer's bytes after its JSON (Conn.SendPayload).
+	Raw bool `json:"raw,omitempty"`
+}
+
+// Hold renews the hold of attached reader Reader on a stream of process
+// ID, keeping the bytes from Keep on for it, or with Release ends it. A
+// hold lapses HoldGrace after its last renewal (a read or a Hold).
+type Hold struct {
+	ID      uint64 `json:"id"`
+	Stream  int    `json:"stream"`
+	Reader  uint64 `json:"reader"`
+	Keep    uint64 `json:"keep"`
+	Release bool   `json:"release,omitempty"`
 }
 
 // Data answers a ReadRequest: Data starts at offset From (From > the
@@ -169,6 +205,9 @@ type Data struct {
 	Data  []byte `json:"data,omitempty"`
 	EOF   bool   `json:"eof,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Raw is the length of the data when it follows the JSON in the
+	// packet instead (Conn.SendPayload); Recv moves it into Data.
+	Raw int `json:"raw,omitempty"`
 }
 
 // Stdin carries bytes for a captured process's stdin, then (Close) its end.
@@ -194,6 +233,7 @@ type Release struct {
 // processes still running, those that ended while no supervisor was
 // connected, and the highest request id it has seen (new ids must be above).
 type State struct {
+	Version int       `json:"version,omitempty"` // the agent's Version
 	Running []Started `json:"running,omitempty"`
 	Exited  []Exit    `json:"exited,omitempty"`
 	MaxID   uint64    `json:"max_id"`
@@ -234,13 +274,19 @@ type ExecRequest struct {
 	Dir  string   `json:"dir"`
 	TTY  bool     `json:"tty,omitempty"`
 	// Capture: the agent keeps the process's stdout and stderr (the last
-	// DefaultOutputCap bytes of each) for TypeRead, instead of writing them
+	// DefaultOutputCap bytes of each, or what attached readers hold) for
+	// TypeRead, instead of writing them
 	// to descriptors of the supervisor, so output survives a supervisor
 	// that goes away. Stdin is a pipe fed by TypeStdin. No descriptors come
 	// with it.
-	Capture bool   `json:"capture,omitempty"`
-	Rows    uint16 `json:"rows,omitempty"`
-	Cols    uint16 `json:"cols,omitempty"`
+	Capture bool `json:"capture,omitempty"`
+	// Hold (with Capture) keeps the output from the process's start until
+	// an attached reader's first read (see ReadRequest.Reader), or
+	// HoldGrace, so that a reader that attaches right after the start
+	// misses nothing.
+	Hold bool   `json:"hold,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
 }
 
 // Started confirms a process start; with TTY it carries the master fd.

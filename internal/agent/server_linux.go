@@ -32,6 +32,10 @@ type Server struct {
 // maxPending bounds the exits kept for a supervisor that is not connected.
 const maxPending = 1 << 16
 
+// exitFlush is how long the exit of a captured process waits for the end
+// of its output (a child it left may hold the output open).
+const exitFlush = 100 * time.Millisecond
+
 // NewServer returns a server on conn. With a listener (a listening unix
 // socket only the supervisor side can reach), the sandbox survives the loss
 // of its channel and waits for the next supervisor there.
@@ -86,16 +90,30 @@ func (s *Server) Serve() error {
 			s.hello()
 		case TypeRead:
 			closeAll(files)
+			if m.Read != nil && m.Read.Reader != 0 {
+				// An attached reader's read holds the stream from its
+				// cursor; in order with its other holds and releases.
+				s.hold(&Hold{ID: m.Read.ID, Stream: m.Read.Stream, Reader: m.Read.Reader, Keep: m.Read.Cursor})
+			}
 			go s.read(m.Read)
 		case TypeStdin:
 			closeAll(files)
 			s.stdin(m.Stdin)
+		case TypeHold:
+			closeAll(files)
+			s.hold(m.Hold)
 		case TypeFile:
 			go s.file(m.File, files) // off the request loop: a large remove must not stall exec
 		case TypeRelease:
 			closeAll(files)
 			if m.Release != nil {
 				s.mu.Lock()
+				if bufs, ok := s.outputs[m.Release.ID]; ok {
+					// A child still writing must not wait for readers
+					// of output that is gone.
+					bufs[0].releaseAll()
+					bufs[1].releaseAll()
+				}
 				delete(s.outputs, m.Release.ID)
 				if q, ok := s.stdins[m.Release.ID]; ok {
 					delete(s.stdins, m.Release.ID)
@@ -121,6 +139,20 @@ func (s *Server) send(m *Message, fds ...int) {
 	if m.Type == TypeExit && m.Exit != nil && len(s.pending) < maxPending {
 		s.pending = append(s.pending, m.Exit)
 	}
+}
+
+// sendData sends a read's answer, with raw its bytes after the JSON when
+// they fit.
+func (s *Server) sendData(d *Data, raw bool) {
+	if raw && len(d.Data) > 0 {
+		s.sendM.Lock()
+		sent := s.conn != nil && s.conn.SendPayload(d) == nil
+		s.sendM.Unlock()
+		if sent {
+			return
+		}
+	}
+	s.send(&Message{Type: TypeData, Data: d})
 }
 
 // reconnect drops the dead channel and waits for the next supervisor on the
@@ -152,7 +184,7 @@ func (s *Server) reconnect(dead *Conn) (*Conn, error) {
 
 // hello answers a (re)connecting supervisor with the sandbox's processes.
 func (s *Server) hello() {
-	st := &State{}
+	st := &State{Version: Version}
 	s.mu.Lock()
 	for pid, id := range s.procs {
 		st.Running = append(st.Running, Started{ID: id, Pid: pid})
@@ -215,6 +247,11 @@ func (s *Server) exec(req *ExecRequest, files []*os.File) {
 		if err != nil {
 			s.fail(req.ID, "capture: "+err.Error())
 			return
+		}
+		if req.Hold {
+			now := time.Now()
+			bufs[0].hold(startHold, 0, now)
+			bufs[1].hold(startHold, 0, now)
 		}
 		defer closeAll(stdio)
 		attr.Files = []uintptr{stdio[0].Fd(), stdio[1].Fd(), stdio[2].Fd()}
@@ -298,7 +335,24 @@ func (s *Server) reap() {
 		case ws.Signaled():
 			ex.Signal = int(ws.Signal())
 		}
-		go s.send(&Message{Type: TypeExit, Exit: ex})
+		bufs, captured := s.outputs[id]
+		go func() {
+			if captured {
+				// Its output first: a supervisor that reads what there is
+				// once it learns of the exit then finds all of it, unless
+				// a child the process left holds its output open.
+				late := make(chan struct{})
+				t := time.AfterFunc(exitFlush, func() { close(late) })
+				for _, b := range bufs {
+					select {
+					case <-b.ended:
+					case <-late:
+					}
+				}
+				t.Stop()
+			}
+			s.send(&Message{Type: TypeExit, Exit: ex})
+		}()
 	}
 }
 
@@ -323,17 +377,7 @@ func (s *Server) capture() ([]*os.File, [2]*outputBuffer, *os.File, error) {
 		bufs[i] = newOutputBuffer(DefaultOutputCap)
 		go func(r *os.File, b *outputBuffer) {
 			defer r.Close()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := r.Read(buf)
-				if n > 0 {
-					b.write(buf[:n])
-				}
-				if err != nil {
-					b.close()
-					return
-				}
-			}
+			b.pump(r)
 		}(r, bufs[i])
 	}
 	return child, bufs, stdinW, nil
@@ -393,7 +437,7 @@ func (s *Server) read(req *ReadRequest) {
 		return
 	}
 	answer := &Data{Seq: req.Seq}
-	defer func() { s.send(&Message{Type: TypeData, Data: answer}) }()
+	defer func() { s.sendData(answer, req.Raw) }()
 	s.mu.Lock()
 	bufs, ok := s.outputs[req.ID]
 	s.mu.Unlock()
@@ -421,4 +465,24 @@ func (s *Server) read(req *ReadRequest) {
 			return
 		}
 	}
+}
+
+// hold renews, moves or releases an attached reader's hold on a captured
+// stream. It has no answer: a hold for output that is gone is moot.
+func (s *Server) hold(req *Hold) {
+	if req == nil || req.Reader == 0 || (req.Stream != Stdout && req.Stream != Stderr) {
+		return
+	}
+	s.mu.Lock()
+	bufs, ok := s.outputs[req.ID]
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	b := bufs[req.Stream-1]
+	if req.Release {
+		b.release(req.Reader)
+		return
+	}
+	b.hold(req.Reader, req.Keep, time.Now())
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
@@ -35,13 +36,25 @@ func ParseCursor(s string) (Cursor, error) {
 	return Cursor{o, e}, nil
 }
 
-const outputChunk = 64 << 10
+// outputChunk is the most one output event carries.
+const outputChunk = 256 << 10
+
+// ErrDraining is the cause a caller cancels an output stream's context
+// with when the daemon shuts down: the stream's holds on the process's
+// output are then left to lapse, so that the client, which reconnects to
+// the next daemon with its cursor, loses nothing meanwhile.
+var ErrDraining = errors.New("the daemon is shutting down")
 
 // Output sends a process's output from cursor on to emit, one event per
 // chunk, then an "exit" event once the process has ended and everything was
 // sent. With follow it waits for more until then; without, it sends what
 // there is and returns. Stdout and stderr are read concurrently; each
 // event's Cursor resumes right after it.
+//
+// The reader is attached (runtime.OutputAttacher): a stream's next chunk
+// is read only once emit has taken the last one, and the process waits
+// while what it wrote meanwhile fills the agent's buffer, so a slow client
+// slows the process down rather than losing output.
 func (m *Manager) Output(ctx context.Context, id, pid string, cur Cursor, follow bool, emit func(api.OutputEvent) error) error {
 	_, p, err := m.process(id, pid)
 	if err != nil {
@@ -67,81 +80,89 @@ func (m *Manager) Output(ctx context.Context, id, pid string, cur Cursor, follow
 		}
 		return emit(exitEvent(p, cur))
 	}
-	type chunk struct {
-		stream int
-		ch     runtime.OutputChunk
-		err    error
-	}
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	chunks := make(chan chunk)
-	reader := func(stream int, cursor uint64) {
-		wait := time.Duration(0)
-		if follow {
-			wait = 10 * time.Second
-		}
-		for {
-			ch, err := or.ReadOutput(ctx, stream, cursor, outputChunk, wait)
-			if err == nil && len(ch.Data) == 0 && !ch.EOF && ch.From == cursor {
-				if !follow {
-					err = errNoMore
-				} else {
-					continue
-				}
-			}
-			select {
-			case chunks <- chunk{stream, ch, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil || ch.EOF {
-				return
-			}
-			cursor = ch.Next()
-		}
-	}
-	go reader(1, cur.Stdout)
-	go reader(2, cur.Stderr)
+	var mu sync.Mutex // serializes emit; guards cur and eof
 	eof := 0
-	for open := 2; open > 0; {
-		var c chunk
-		select {
-		case c = <-chunks:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if c.err != nil {
-			open--
-			if c.err == errNoMore {
-				continue
-			}
-			if exited() || p.sb.gone() {
-				continue // the sandbox ended under us: report the exit
-			}
-			return fmt.Errorf("process %s output: %w", pid, c.err)
-		}
+	// deliver emits what one chunk of stream says: bytes lost before it,
+	// its data, and counts its end.
+	deliver := func(stream int, c runtime.OutputChunk) error {
+		mu.Lock()
+		defer mu.Unlock()
 		pos, name := &cur.Stdout, api.EventStdout
-		if c.stream == 2 {
+		if stream == 2 {
 			pos, name = &cur.Stderr, api.EventStderr
 		}
-		if c.ch.From > *pos {
-			lost := c.ch.From - *pos
-			*pos = c.ch.From
-			if err := emit(api.OutputEvent{Kind: api.EventLost, Stream: name, Offset: c.ch.From, Bytes: lost, Cursor: cur.String()}); err != nil {
+		if c.From > *pos {
+			lost := c.From - *pos
+			*pos = c.From
+			if err := emit(api.OutputEvent{Kind: api.EventLost, Stream: name, Offset: c.From, Bytes: lost, Cursor: cur.String()}); err != nil {
 				return err
 			}
 		}
-		if len(c.ch.Data) > 0 {
+		if len(c.Data) > 0 {
 			off := *pos
-			*pos = c.ch.Next()
-			if err := emit(api.OutputEvent{Kind: name, Stream: name, Offset: off, Data: c.ch.Data, Cursor: cur.String()}); err != nil {
+			*pos = c.Next()
+			if err := emit(api.OutputEvent{Kind: name, Stream: name, Offset: off, Data: c.Data, Cursor: cur.String()}); err != nil {
 				return err
 			}
 		}
-		if c.ch.EOF {
-			open--
+		if c.EOF {
 			eof++
 		}
+		return nil
+	}
+	wait := time.Duration(0)
+	if follow {
+		wait = 10 * time.Second
+	}
+	// read delivers one stream until its end (or, without follow, until
+	// nothing more is there).
+	read := func(stream int, cursor uint64) error {
+		a := attach(or, stream)
+		defer func() { a.Close(errors.Is(context.Cause(parent), ErrDraining)) }()
+		for {
+			c, err := a.Read(ctx, cursor, outputChunk, wait)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if exited() || p.sb.gone() {
+					return nil // the sandbox ended under us: report the exit
+				}
+				return fmt.Errorf("process %s output: %w", pid, err)
+			}
+			if len(c.Data) == 0 && !c.EOF && c.From == cursor {
+				if !follow {
+					return nil
+				}
+				continue
+			}
+			if err := deliver(stream, c); err != nil {
+				return err
+			}
+			if c.EOF {
+				return nil
+			}
+			cursor = c.Next()
+		}
+	}
+	errs := make(chan error, 2)
+	go func(c uint64) { errs <- read(1, c) }(cur.Stdout)
+	go func(c uint64) { errs <- read(2, c) }(cur.Stderr)
+	var first error
+	for range 2 {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			cancel()
+		}
+	}
+	if first != nil {
+		if err := parent.Err(); err != nil {
+			return err
+		}
+		return first
 	}
 	if eof == 2 || follow {
 		select {
@@ -156,7 +177,26 @@ func (m *Manager) Output(ctx context.Context, id, pid string, cur Cursor, follow
 	return emit(exitEvent(p, cur))
 }
 
-var errNoMore = errors.New("no more output now")
+// attach returns an attached reader of stream (runtime.OutputAttacher),
+// or, from a runtime that cannot hold a process back, plain reads.
+func attach(or runtime.OutputReader, stream int) runtime.OutputAttachment {
+	if at, ok := or.(runtime.OutputAttacher); ok {
+		return at.AttachOutput(stream)
+	}
+	return plainReader{or, stream}
+}
+
+// plainReader reads a stream without holding it.
+type plainReader struct {
+	or     runtime.OutputReader
+	stream int
+}
+
+func (r plainReader) Read(ctx context.Context, cursor uint64, max int, wait time.Duration) (runtime.OutputChunk, error) {
+	return r.or.ReadOutput(ctx, r.stream, cursor, max, wait)
+}
+
+func (plainReader) Close(bool) {}
 
 func exitEvent(p *proc, cur Cursor) api.OutputEvent {
 	v := p.view()

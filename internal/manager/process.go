@@ -38,9 +38,11 @@ type proc struct {
 	rp       runtime.Process // nil for a process that ended before an adoption
 	timedOut atomic.Bool
 	done     chan struct{} // closed when it has ended
+	stdinMu  sync.Mutex    // held by each writer of its stdin, in turn
 
-	mu  sync.Mutex
-	rec store.Process
+	mu          sync.Mutex
+	rec         store.Process
+	stdinClosed bool // a close of its stdin was asked for
 }
 
 // end records how the process ended; only the first call counts.
@@ -181,11 +183,15 @@ func (m *Manager) execRequest(sb *Sandbox, req *api.ExecRequest, tty bool) (*run
 		list = append(list, k+"="+v)
 	}
 	sort.Strings(list)
-	return &runtime.ExecRequest{Argv: req.Argv, Env: list, Dir: cwd, TTY: tty, Capture: !tty}, timeout, nil
+	// The output is held from the start: a client that starts a process
+	// and follows it (airlock exec, exec's own drain) gets every byte; one
+	// nobody follows is held back for the runtime's grace at most.
+	return &runtime.ExecRequest{Argv: req.Argv, Env: list, Dir: cwd, TTY: tty, Capture: !tty, Hold: !tty}, timeout, nil
 }
 
-// start starts a process and tracks it until it ends.
-func (m *Manager) start(ctx context.Context, id string, req *api.ExecRequest, tty bool, rows, cols uint16) (*proc, error) {
+// start starts a process and tracks it until it ends; req.Stdin is fed
+// to it, then with closeStdin its stdin is closed.
+func (m *Manager) start(ctx context.Context, id string, req *api.ExecRequest, tty, closeStdin bool, rows, cols uint16) (*proc, error) {
 	sb, rt, err := m.live(id)
 	if err != nil {
 		return nil, err
@@ -220,12 +226,23 @@ func (m *Manager) start(ctx context.Context, id string, req *api.ExecRequest, tt
 		go func() { <-p.done; t.Stop() }()
 	}
 	go m.reapProc(p)
-	if !tty && len(req.Stdin) > 0 {
-		if sw, ok := rp.(runtime.StdinWriter); ok {
-			if err := sw.WriteStdin(ctx, req.Stdin); err != nil {
-				m.log.Warn("stdin", "sandbox", id, "process", aid, "err", err)
+	if sw, ok := rp.(runtime.StdinWriter); ok && !tty && (len(req.Stdin) > 0 || closeStdin) {
+		// Fed in the background, yet before any later write: the process
+		// may write more meanwhile than the agent buffers, and its output
+		// waits for a reader, who can attach only once start returns.
+		p.stdinMu.Lock()
+		go func() {
+			defer p.stdinMu.Unlock()
+			ctx := context.WithoutCancel(ctx)
+			if len(req.Stdin) > 0 {
+				if err := sw.WriteStdin(ctx, req.Stdin); err != nil {
+					m.log.Warn("stdin", "sandbox", id, "process", aid, "err", err)
+				}
 			}
-		}
+			if closeStdin && p.closeStdin() {
+				sw.CloseStdin(ctx)
+			}
+		}()
 	}
 	return p, nil
 }
@@ -263,7 +280,7 @@ func execError(id, cmd string, err error) error {
 
 // Start starts a process in the background.
 func (m *Manager) Start(ctx context.Context, id string, req *api.ExecRequest) (api.Process, error) {
-	p, err := m.start(ctx, id, req, false, 0, 0)
+	p, err := m.start(ctx, id, req, false, false, 0, 0)
 	if err != nil {
 		return api.Process{}, err
 	}
@@ -281,7 +298,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req *api.ExecRequest) (ap
 	if req.MaxOutputBytes > 0 {
 		limit = min(req.MaxOutputBytes, limit)
 	}
-	p, err := m.start(ctx, id, req, false, 0, 0)
+	p, err := m.start(ctx, id, req, false, true, 0, 0)
 	if err != nil {
 		return api.ExecResult{}, err
 	}
@@ -289,17 +306,13 @@ func (m *Manager) Exec(ctx context.Context, id string, req *api.ExecRequest) (ap
 	if !ok {
 		return api.ExecResult{}, fmt.Errorf("exec: the %s runtime keeps no output: %w", m.cfg.Runtime.Name(), errdefs.ErrNotSupported)
 	}
-	if sw, ok := p.rp.(runtime.StdinWriter); ok {
-		go sw.CloseStdin(context.WithoutCancel(ctx))
-	}
 	var out, errb capped
 	var wg sync.WaitGroup
-	dctx, stopDrain := context.WithCancel(ctx)
-	defer stopDrain()
+	stop := make(chan struct{})
 	drained := make(chan struct{})
 	wg.Add(2)
-	go func() { defer wg.Done(); out.drain(dctx, or, 1, limit) }()
-	go func() { defer wg.Done(); errb.drain(dctx, or, 2, limit) }()
+	go func() { defer wg.Done(); out.drain(ctx, stop, or, 1, limit) }()
+	go func() { defer wg.Done(); errb.drain(ctx, stop, or, 2, limit) }()
 	go func() { wg.Wait(); close(drained) }()
 	select {
 	case <-p.done:
@@ -309,12 +322,13 @@ func (m *Manager) Exec(ctx context.Context, id string, req *api.ExecRequest) (ap
 		<-p.done
 	}
 	// The result is due when the process exits, even if a background child
-	// it left keeps its output open: what it wrote is read for a short
-	// grace period, then the rest is left to the output stream.
+	// it left keeps its output open: the streams are read to their end for
+	// a short grace period, then to what the agent has (however long that
+	// takes to arrive), and the rest is left to the output stream.
 	select {
 	case <-drained:
 	case <-time.After(exitGrace):
-		stopDrain()
+		close(stop)
 		<-drained
 	}
 	v := p.view()
@@ -334,13 +348,43 @@ type capped struct {
 	dropped uint64
 }
 
-// drain reads a captured stream to its end.
-func (c *capped) drain(ctx context.Context, or runtime.OutputReader, stream, limit int) {
+// drain reads a captured stream to its end or, once stop is closed, to
+// what the agent has then. Until it has its limit it is an attached
+// reader (the process waits for it rather than losing bytes); beyond, it
+// only counts what it discards and lets the process run free.
+func (c *capped) drain(ctx context.Context, stop <-chan struct{}, or runtime.OutputReader, stream, limit int) {
 	var cursor uint64
-	for {
-		ch, err := or.ReadOutput(ctx, stream, cursor, 256<<10, 10*time.Second)
+	a := attach(or, stream)
+	defer func() { a.Close(false) }()
+	waiting, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-waiting.Done():
+		}
+	}()
+	rctx, wait := waiting, 10*time.Second
+	// After stop: reads that do not wait, as many as the agent's buffer
+	// and a pipe can hold (a background child may keep writing).
+	const lastReads = 8
+	for n := 0; wait > 0 || n < lastReads; n++ {
+		if len(c.data) >= limit {
+			if _, plain := a.(plainReader); !plain {
+				a.Close(false)
+				a = plainReader{or, stream}
+			}
+		}
+		ch, err := a.Read(rctx, cursor, 256<<10, wait)
 		if err != nil {
-			return
+			if ctx.Err() != nil || wait == 0 || rctx.Err() == nil {
+				return
+			}
+			// Stopped while waiting: an answer still on its way is
+			// asked for again.
+			rctx, wait, n = ctx, 0, -1
+			continue
 		}
 		if ch.From > cursor {
 			c.dropped += ch.From - cursor
@@ -349,7 +393,7 @@ func (c *capped) drain(ctx context.Context, or runtime.OutputReader, stream, lim
 		c.data = append(c.data, ch.Data[:keep]...)
 		c.dropped += uint64(len(ch.Data) - keep)
 		cursor = ch.Next()
-		if ch.EOF {
+		if ch.EOF || (wait == 0 && len(ch.Data) == 0) {
 			return
 		}
 	}
@@ -467,7 +511,11 @@ func (m *Manager) runningProc(sb *Sandbox, p *proc) error {
 	return nil
 }
 
-// Stdin writes data to a process's stdin, then closes it if asked.
+// Stdin writes data to a process's stdin, then closes it if asked. Writes
+// go in after those before them (the request's own stdin may still be
+// going in); a close alone is queued behind them without waiting, so that
+// a client can close stdin and then attach to the output the process may
+// be waiting to write first.
 func (m *Manager) Stdin(ctx context.Context, id, pid string, r io.Reader, closeAfter bool) error {
 	sb, p, err := m.process(id, pid)
 	if err != nil {
@@ -481,8 +529,29 @@ func (m *Manager) Stdin(ctx context.Context, id, pid string, r io.Reader, closeA
 		return conflict("process %s takes no stdin through the API (a TTY process reads its PTY session)", pid)
 	}
 	buf := make([]byte, 64<<10)
+	n, rerr := io.ReadAtLeast(r, buf, 1)
+	if n == 0 && errors.Is(rerr, io.EOF) {
+		if !closeAfter {
+			return nil
+		}
+		if !p.closeStdin() {
+			return conflict("process %s: stdin is already closed", pid)
+		}
+		go func() {
+			p.stdinMu.Lock()
+			defer p.stdinMu.Unlock()
+			if err := sw.CloseStdin(context.WithoutCancel(ctx)); err != nil {
+				m.log.Warn("close stdin", "sandbox", id, "process", pid, "err", err)
+			}
+		}()
+		return nil
+	}
+	p.stdinMu.Lock()
+	defer p.stdinMu.Unlock()
+	if p.stdinClosing() {
+		return conflict("process %s: stdin is closed", pid)
+	}
 	for {
-		n, rerr := r.Read(buf)
 		if n > 0 {
 			if err := sw.WriteStdin(ctx, buf[:n]); err != nil {
 				return fmt.Errorf("stdin: %w: %w", errdefs.ErrConflict, err)
@@ -494,11 +563,27 @@ func (m *Manager) Stdin(ctx context.Context, id, pid string, r io.Reader, closeA
 			}
 			break
 		}
+		n, rerr = r.Read(buf)
 	}
-	if closeAfter {
+	if closeAfter && p.closeStdin() {
 		return sw.CloseStdin(ctx)
 	}
 	return nil
+}
+
+// closeStdin marks the process's stdin as closing; false if it already was.
+func (p *proc) closeStdin() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	was := p.stdinClosed
+	p.stdinClosed = true
+	return !was
+}
+
+func (p *proc) stdinClosing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stdinClosed
 }
 
 // ParseSignal parses "TERM", "SIGTERM" or "15".
@@ -531,7 +616,7 @@ func (m *Manager) PTY(ctx context.Context, id string, req *api.PTYStart) (pid st
 	if req.Cols == 0 {
 		req.Cols = 80
 	}
-	p, err := m.start(ctx, id, &req.ExecRequest, true, req.Rows, req.Cols)
+	p, err := m.start(ctx, id, &req.ExecRequest, true, false, req.Rows, req.Cols)
 	if err != nil {
 		return "", nil, nil, err
 	}

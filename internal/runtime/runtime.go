@@ -111,6 +111,26 @@ type OutputReader interface {
 	ReadOutput(ctx context.Context, stream int, cursor uint64, max int, wait time.Duration) (OutputChunk, error)
 }
 
+// OutputAttacher is implemented by processes started with Capture whose
+// runtime can make the process wait for a reader that is attached and
+// behind (backpressure) instead of dropping what it has not read.
+type OutputAttacher interface {
+	AttachOutput(stream int) OutputAttachment
+}
+
+// OutputAttachment is one attached reader of a stream. Each Read also
+// holds the stream from its cursor on: while the bytes so held fill the
+// runtime's buffer, the process blocks in write. The hold is renewed while
+// the attachment is open, even when no Read is under way (the reader is
+// busy delivering a chunk to a slow client).
+type OutputAttachment interface {
+	Read(ctx context.Context, cursor uint64, max int, wait time.Duration) (OutputChunk, error)
+	// Close ends the hold at once; with linger it is left to lapse after
+	// the runtime's grace period instead (the daemon is shutting down, and
+	// the client will resume from its cursor with the next one).
+	Close(linger bool)
+}
+
 // StdinWriter is implemented by processes started with Capture: their
 // stdin is fed through the sandbox's agent, in order.
 type StdinWriter interface {
@@ -154,8 +174,13 @@ type ExecRequest struct {
 	// bytes) for OutputReader instead of writing to Stdout and Stderr, so
 	// output outlives a supervisor that goes away; stdin is empty.
 	Capture bool
-	Rows    uint16
-	Cols    uint16
+	// Hold (with Capture, for an OutputAttacher) keeps the output from
+	// the start until a reader attaches, for the runtime's grace period at
+	// most: a client that starts a process and then follows it misses
+	// nothing, however fast the process writes meanwhile.
+	Hold bool
+	Rows uint16
+	Cols uint16
 	// Stdin, Stdout and Stderr are handed to the process as they are when
 	// TTY is false. They must not be terminals (the caller interposes pipes
 	// for terminals so that the sandbox never holds the caller's tty).

@@ -69,11 +69,12 @@ func (s *Server) networkEvents(w http.ResponseWriter, r *http.Request) error {
 // server drains, so that long streams end when a shutdown begins rather
 // than when the grace period runs out; the stream then ends with an
 // "unavailable" error, which tells the client to reconnect with its cursor.
+// The context's cause is then manager.ErrDraining.
 func (s *Server) untilDrained(r *http.Request, stream func(context.Context) error) error {
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
 	if s.drained != nil {
-		defer context.AfterFunc(s.drained, cancel)()
+		defer context.AfterFunc(s.drained, func() { cancel(manager.ErrDraining) })()
 	}
 	err := stream(ctx)
 	if err != nil && r.Context().Err() == nil && s.draining.Load() {

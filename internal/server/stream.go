@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -20,6 +21,7 @@ type stream struct {
 	rc      *http.ResponseController
 	sse     bool
 	started bool
+	buf     bytes.Buffer // one event, reused
 }
 
 // newStream prepares the stream answer of r; streams have no write
@@ -64,20 +66,22 @@ func (s *stream) send(id, name string, v any) error {
 	if err := s.start(); err != nil {
 		return err
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
+	s.buf.Reset()
+	if s.sse {
+		s.buf.WriteString("id: " + id + "\n")
+		if name != "" {
+			s.buf.WriteString("event: " + name + "\n")
+		}
+		s.buf.WriteString("data: ")
+	}
+	// Encode ends the JSON with "\n", as both formats want.
+	if err := json.NewEncoder(&s.buf).Encode(v); err != nil {
 		return err
 	}
 	if s.sse {
-		head := "id: " + id + "\n"
-		if name != "" {
-			head += "event: " + name + "\n"
-		}
-		_, err = s.w.Write(append(append([]byte(head+"data: "), b...), '\n', '\n'))
-	} else {
-		_, err = s.w.Write(append(b, '\n'))
+		s.buf.WriteByte('\n')
 	}
-	if err != nil {
+	if _, err := s.w.Write(s.buf.Bytes()); err != nil {
 		return err
 	}
 	return s.rc.Flush()

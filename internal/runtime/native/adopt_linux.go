@@ -142,6 +142,9 @@ func (r *Runtime) adopt(ctx context.Context, id string, listen bool) (runtime.Sa
 		return fail(err)
 	}
 	sb.nextID = state.MaxID
+	// An agent of an older binary knows no holds nor payloads: its
+	// readers read plainly.
+	sb.agentVersion = state.Version
 	for _, p := range state.Running {
 		proc := &process{sb: sb, id: p.ID, pid: p.Pid, started: make(chan struct{}), exit: make(chan struct{})}
 		proc.startOnce.Do(func() { close(proc.started) })

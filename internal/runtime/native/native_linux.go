@@ -151,7 +151,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, err
 	}
 
-	sb := &sandbox{id: id, stateDir: stateDir, procs: map[uint64]*process{}, done: make(chan struct{}), swept: swept, detached: r.Detached, listen: spec.Listen}
+	sb := &sandbox{id: id, stateDir: stateDir, procs: map[uint64]*process{}, done: make(chan struct{}), swept: swept, detached: r.Detached, listen: spec.Listen, agentVersion: agent.Version}
 	sb.info = runtime.Info{ID: id, Runtime: r.Name(), Rootless: os.Geteuid() != 0, Steps: steps}
 
 	// A fresh workspace is a volume on host storage (Volumes) or a tmpfs

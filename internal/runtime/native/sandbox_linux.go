@@ -28,6 +28,7 @@ type sandbox struct {
 	workspace     string
 	tempWorkspace bool
 	detached      bool // outlives its supervisor; see Runtime.Detached
+	agentVersion  int  // the agent's protocol version (agent.Version)
 	placeholders  []string
 	cg            *cgroup.Cgroup
 	initPid       int
@@ -156,6 +157,7 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 		return fail(errors.New("exec: a TTY process cannot be captured"))
 	}
 	msg.Exec.Capture = req.Capture
+	msg.Exec.Hold = req.Capture && req.Hold
 	var fds []int
 	if !req.TTY && !req.Capture {
 		if req.Stdin == nil || req.Stdout == nil || req.Stderr == nil {
@@ -373,9 +375,15 @@ var _ runtime.OutputReader = (*process)(nil)
 
 // ReadOutput implements runtime.OutputReader.
 func (p *process) ReadOutput(ctx context.Context, stream int, cursor uint64, max int, wait time.Duration) (runtime.OutputChunk, error) {
+	return p.readOutput(ctx, stream, cursor, max, wait, 0)
+}
+
+// readOutput reads captured output, for the attached reader (0: none).
+func (p *process) readOutput(ctx context.Context, stream int, cursor uint64, max int, wait time.Duration, reader uint64) (runtime.OutputChunk, error) {
 	m, err := p.sb.call(ctx, func(seq uint64) *agent.Message {
 		return &agent.Message{Type: agent.TypeRead, Read: &agent.ReadRequest{
-			Seq: seq, ID: p.id, Stream: stream, Cursor: cursor, Max: max, WaitMs: int(wait / time.Millisecond),
+			Seq: seq, ID: p.id, Stream: stream, Cursor: cursor, Max: max, WaitMs: int(wait / time.Millisecond), Reader: reader,
+			Raw: p.sb.agentVersion >= 1,
 		}}
 	})
 	if err != nil {
