@@ -436,7 +436,12 @@ func report(w io.Writer, info runtime.Info, insecure runtime.Insecure, created t
 	if info.Rootless {
 		mode = "rootless"
 	}
-	fmt.Fprintf(w, "airlock: sandbox %s (runtime %s, %s, root inside = host uid %d)\n", info.ID, info.Runtime, mode, info.HostUID)
+	ids := fmt.Sprintf("root inside = host uid %d gid %d", info.HostUID, info.HostGID)
+	if info.HostIDs > 1 {
+		ids = fmt.Sprintf("ids 0-%d inside = host uids %d-%d, gids %d-%d", info.HostIDs-1,
+			info.HostUID, info.HostUID+info.HostIDs-1, info.HostGID, info.HostGID+info.HostIDs-1)
+	}
+	fmt.Fprintf(w, "airlock: sandbox %s (runtime %s, %s, %s)\n", info.ID, info.Runtime, mode, ids)
 	ll := fmt.Sprintf("Landlock ABI %d", info.LandlockABI)
 	if insecure.NoLandlock {
 		ll = "Landlock OFF"

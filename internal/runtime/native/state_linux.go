@@ -29,6 +29,7 @@ type stateFile struct {
 	Init        int    `json:"init,omitempty"`
 	InitStart   string `json:"init_start,omitempty"`
 	HostUID     int    `json:"host_uid,omitempty"`
+	HostGID     int    `json:"host_gid,omitempty"`
 	Rootless    bool   `json:"rootless,omitempty"`
 	LandlockABI int    `json:"landlock_abi,omitempty"`
 	TempWS      bool   `json:"temp_workspace,omitempty"`
@@ -118,6 +119,7 @@ func sweep(root string) {
 // processes died with its init) and its state directory.
 func cleanupState(dir string, st *stateFile) {
 	removePlaceholders(st.Workspace, st.Placeholders)
+	defer releaseIfGone(dir, st)
 	for _, cg := range st.Cgroups {
 		if !strings.HasPrefix(cg, "/sys/fs/cgroup/") || strings.Contains(cg, "..") {
 			continue
@@ -189,4 +191,14 @@ func startReaper(exe, dir string) (*os.File, error) {
 	}
 	go p.Wait()
 	return w, nil
+}
+
+// releaseIfGone gives back the host ids of a sandbox whose supervisor
+// died, if nothing of it remains (see uidpool.Leases.ReleaseIfGone);
+// otherwise the pool reclaims them later, once nothing does.
+func releaseIfGone(dir string, st *stateFile) {
+	if st.Rootless || st.HostGID == 0 {
+		return
+	}
+	leases.ReleaseIfGone(st.HostUID, st.HostGID, filepath.Base(dir))
 }
