@@ -69,7 +69,7 @@ func forkOwnedLocked(exe string, argv []string, attr *syscall.ProcAttr, uid, gid
 		return 0, true, fmt.Errorf("read secure bits: %w", err)
 	}
 	euid, egid := unix.Geteuid(), unix.Getegid() // this thread's, before any change
-	const keep = ^uintptr(0) // -1: leave that id as it is
+	const keep = ^uintptr(0)                     // -1: leave that id as it is
 	steps := []struct {
 		what       string
 		trap, a, b uintptr
