@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/egress/rules"
 	"github.com/airlock-dev/airlock/internal/manager"
 	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/uidpool"
 )
 
 // Config is the daemon's configuration file. Durations are Go durations
@@ -58,6 +59,10 @@ type Config struct {
 	// hosts it may ever be sent to.
 	Secrets  map[string]manager.SecretConfig `yaml:"secrets"`
 	Insecure Insecure                        `yaml:"insecure"`
+	// UIDPool is where, as root, each sandbox's host uid and gid range
+	// (65536 ids) is leased from: {start, size}. Unset: root's ranges in
+	// /etc/subuid and /etc/subgid, else uidpool.Default.
+	UIDPool *uidpool.Range `yaml:"uid_pool"`
 }
 
 // Insecure opts every sandbox of the daemon out of isolation layers, by
