@@ -226,3 +226,175 @@ func readIntFile(t *testing.T, path string) int {
 	}
 	return n
 }
+
+// holdScript prints its id maps and READY, then waits for
+// /workspace/release.
+const holdScript = `cat /proc/self/uid_map /proc/self/gid_map; echo READY
+i=0; while [ ! -e /workspace/release ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done`
+
+// hostIDs is what the host sees of a running sandbox's init.
+type hostIDs struct {
+	init, uid, gid, owner int
+	uidMap                string
+}
+
+// sandboxInit finds the init of the sandbox a background `airlock run`
+// made (its child running __sandbox-init) and reads, from the host, the
+// ids it runs as and the owner of its user namespace.
+func sandboxInit(t *testing.T, b *bg) hostIDs {
+	t.Helper()
+	var h hostIDs
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", b.cmd.Process.Pid))
+	for _, f := range tasks {
+		c, _ := os.ReadFile(f)
+		for _, s := range strings.Fields(string(c)) {
+			pid, _ := strconv.Atoi(s)
+			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(cmd), "__sandbox-init") {
+				h.init = pid
+			}
+		}
+	}
+	if h.init == 0 {
+		t.Fatalf("no sandbox init among the children of airlock (pid %d)", b.cmd.Process.Pid)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.init))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		for prefix, dst := range map[string]*int{"Uid:": &h.uid, "Gid:": &h.gid} {
+			if v, ok := strings.CutPrefix(line, prefix); ok {
+				f := strings.Fields(v)
+				for _, x := range f[1:] {
+					if x != f[0] {
+						t.Errorf("init %d: %s ids differ: %q", h.init, prefix, v)
+					}
+				}
+				*dst, _ = strconv.Atoi(f[0])
+			}
+		}
+	}
+	m, _ := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", h.init))
+	h.uidMap = strings.Join(strings.Fields(string(m)), " ")
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", h.init))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	const nsGetOwnerUID = 0xb704 // NS_GET_OWNER_UID
+	var owner uint32
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, ns.Fd(), nsGetOwnerUID, uintptr(unsafe.Pointer(&owner))); errno != 0 {
+		t.Fatalf("NS_GET_OWNER_UID: %v", errno)
+	}
+	h.owner = int(owner)
+	return h
+}
+
+// Two sandboxes running at once get disjoint host id ranges of 65536
+// ids, leased in /run/airlock/uids while they run; each one's init runs
+// as the first id of its range and owns its user namespace (from the
+// host: /proc status, uid_map, NS_GET_OWNER_UID). Files the sandbox
+// creates in host paths belong to those paths' owners, never to one of
+// the sandbox's ids.
+func TestSandboxHostIDRanges(t *testing.T) {
+	needRoot(t)
+	wsUser := t.TempDir() // owned by nobody
+	if err := os.Chown(wsUser, nobodyID, nobodyID); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir() // a writable bind owned by an id with no account
+	if err := os.Chown(data, 4242, 4243); err != nil {
+		t.Fatal(err)
+	}
+	wsRoot := t.TempDir()
+
+	a := start(t, opts{}, "run", "--workspace", wsUser, "--rw", data, "--", "/bin/sh", "-c",
+		`stat -c ws=%u:%g /workspace; stat -c data=%u:%g `+data+`; touch /workspace/a `+data+`/b; `+holdScript)
+	b := start(t, opts{}, "run", "--workspace", wsRoot, "--", "/bin/sh", "-c", `touch /workspace/c; `+holdScript)
+	a.stdout.waitFor(t, regexp.MustCompile(`^READY$`), 60*time.Second)
+	b.stdout.waitFor(t, regexp.MustCompile(`^READY$`), 60*time.Second)
+	ha, hb := sandboxInit(t, a), sandboxInit(t, b)
+	for _, h := range []hostIDs{ha, hb} {
+		if h.uid < 65536 || h.gid < 65536 {
+			t.Errorf("init %d runs as host uid %d gid %d, not a range of the pool", h.init, h.uid, h.gid)
+		}
+		if want := fmt.Sprintf("0 %d 65536", h.uid); h.uidMap != want {
+			t.Errorf("init %d: uid_map %q, want %q", h.init, h.uidMap, want)
+		}
+		if h.owner != h.uid {
+			t.Errorf("init %d: user namespace owned by host uid %d, want its own %d (per-user counters are charged to the owner)", h.init, h.owner, h.uid)
+		}
+		if _, err := os.Stat(fmt.Sprintf("/run/airlock/uids/%d-%d", h.uid, h.gid)); err != nil {
+			t.Errorf("no lease for the running sandbox's range: %v", err)
+		}
+	}
+	if d := ha.uid - hb.uid; d > -65536 && d < 65536 {
+		t.Errorf("the two sandboxes' uid ranges overlap: %d and %d", ha.uid, hb.uid)
+	}
+	if d := ha.gid - hb.gid; d > -65536 && d < 65536 {
+		t.Errorf("the two sandboxes' gid ranges overlap: %d and %d", ha.gid, hb.gid)
+	}
+	m := kv(a.stdout.String())
+	expect(t, m, "ws", "0:0")
+	expect(t, m, "data", "0:0")
+	for path, want := range map[string]string{
+		filepath.Join(wsUser, "a"): "65534:65534",
+		filepath.Join(data, "b"):   "4242:4243",
+		filepath.Join(wsRoot, "c"): "0:0",
+	} {
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			t.Errorf("%s: %v", path, err)
+		} else if got := fmt.Sprintf("%d:%d", st.Uid, st.Gid); got != want {
+			t.Errorf("%s created by the sandbox is owned by %s on the host, want %s (the owner of the path)", path, got, want)
+		}
+	}
+	for _, c := range []struct {
+		b  *bg
+		ws string
+		h  hostIDs
+	}{{a, wsUser, ha}, {b, wsRoot, hb}} {
+		os.WriteFile(filepath.Join(c.ws, "release"), nil, 0o644)
+		if code := c.b.wait(t, 30*time.Second); code != 0 {
+			t.Errorf("sandbox exited %d\n%s", code, c.b.stderr)
+		}
+		if _, err := os.Stat(fmt.Sprintf("/run/airlock/uids/%d-%d", c.h.uid, c.h.gid)); !os.IsNotExist(err) {
+			t.Errorf("lease %d-%d still there after the sandbox ended: %v", c.h.uid, c.h.gid, err)
+		}
+	}
+}
+
+// --uid-pool (or $AIRLOCK_UID_POOL) sets the pool: a pool of one range
+// holds one sandbox at a time; a second fails to start, with the reason,
+// while the first runs, and starts once it is gone. A pool reaching into
+// the host's own ids is refused.
+func TestUIDPoolFlag(t *testing.T) {
+	needRoot(t)
+	const start1 = 0x60000000
+	pool := fmt.Sprintf("%d:65536", start1)
+	ws := t.TempDir()
+	a := start(t, opts{}, "run", "-v", "--uid-pool", pool, "--workspace", ws, "--", "/bin/sh", "-c", holdScript)
+	a.stdout.waitFor(t, regexp.MustCompile(`^READY$`), 60*time.Second)
+	if h := sandboxInit(t, a); h.uid != start1 || h.gid != start1 {
+		t.Errorf("sandbox runs as %d/%d, want the pool's only range %d", h.uid, h.gid, start1)
+	}
+	r := run(t, opts{}, []string{"--uid-pool", pool}, "true")
+	if r.code != 125 || !strings.Contains(r.stderr, "all 1 ranges are leased") {
+		t.Errorf("second sandbox on a full pool: want exit 125 naming the exhausted pool\n%s", r)
+	}
+	r = run(t, opts{env: []string{"AIRLOCK_UID_POOL=" + pool}}, nil, "true")
+	if r.code != 125 || !strings.Contains(r.stderr, "all 1 ranges are leased") {
+		t.Errorf("$AIRLOCK_UID_POOL on a full pool: want exit 125\n%s", r)
+	}
+	os.WriteFile(filepath.Join(ws, "release"), nil, 0o644)
+	if code := a.wait(t, 30*time.Second); code != 0 {
+		t.Errorf("first sandbox exited %d\n%s", code, a.stderr)
+	}
+	// Control: the range is free again.
+	mustOK(t, run(t, opts{}, []string{"--uid-pool", pool}, "true"), "sandbox on the freed pool")
+
+	r = run(t, opts{}, []string{"--uid-pool", "1000:65536"}, "true")
+	if r.code != 125 || !strings.Contains(r.stderr, "must start at or above 65536") {
+		t.Errorf("pool over the host's own ids: want exit 125 with the reason\n%s", r)
+	}
+}
