@@ -233,6 +233,9 @@ func reclaimable(rec record) bool {
 
 // ProcessIn returns a process on the host (by /proc) whose real,
 // effective, saved or filesystem uid lies in uids, or gid in gids.
+// Zombies do not count: a dead process holds no file and runs nothing,
+// and one whose parent is slow to reap it (an init that reaps now and
+// then) must not hold a range forever.
 func ProcessIn(uids, gids Range) (pid int, found bool) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -250,6 +253,12 @@ func ProcessIn(uids, gids Range) (pid int, found bool) {
 		for _, line := range strings.Split(string(b), "\n") {
 			var r Range
 			var rest string
+			if v, ok := strings.CutPrefix(line, "State:"); ok {
+				if st := strings.TrimSpace(v); strings.HasPrefix(st, "Z") || strings.HasPrefix(st, "X") {
+					break // a zombie, or dead
+				}
+				continue
+			}
 			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
 				r, rest = uids, v
 			} else if v, ok := strings.CutPrefix(line, "Gid:"); ok {

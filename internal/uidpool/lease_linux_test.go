@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/internal/errdefs"
 )
@@ -298,5 +299,33 @@ func TestProcessIn(t *testing.T) {
 	}
 	if pid, ok := ProcessIn(Range{4000000000, 1}, Range{4000000000, 1}); ok {
 		t.Errorf("process %d found in an unused range", pid)
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	// A zombie does not count (its parent, here this test, has not reaped
+	// it yet); the same process alive does (the control).
+	const id = 3999000000
+	z := exec.Command("sh", "-c", "read x")
+	z.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: id, Gid: id}}
+	in, _ := z.StdinPipe()
+	if err := z.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer z.Wait()
+	r := Range{id, 1}
+	if _, ok := ProcessIn(r, r); !ok {
+		t.Error("a live process with the id was not found")
+	}
+	in.Close()
+	for i := 0; i < 200; i++ { // until it is a zombie
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", z.Process.Pid))
+		if strings.Contains(string(b), ") Z ") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pid, ok := ProcessIn(r, r); ok {
+		t.Errorf("the zombie %d holds the range", pid)
 	}
 }
