@@ -174,3 +174,27 @@ func TestHostIDsMismatchFailsClosed(t *testing.T) {
 	}
 	d.sh(t, ok.ID, "true")
 }
+
+// A pool with one range holds one sandbox: the next creation is refused
+// with 429 (resource exhausted) and leaves nothing behind, and succeeds
+// once the first sandbox is gone.
+func TestHostIDPoolExhausted(t *testing.T) {
+	d := startDaemon(t, fmt.Sprintf("uid_pool: {start: %d, size: 65536}", hostIDPoolStart+hostIDPoolSlots*65536))
+	a := d.create(t, nil)
+	before := len(d.stateEntries())
+	_, err := d.c.CreateSandbox(ctxT(t), &api.CreateSandboxRequest{})
+	wantCode(t, "create on a full uid pool", err, 429)
+	if !strings.Contains(err.Error(), "ranges are leased") {
+		t.Errorf("the error does not say why: %v", err)
+	}
+	if n := len(d.stateEntries()); n != before {
+		t.Errorf("the refused creation left state on the host (%d entries, %d before)", n, before)
+	}
+	if err := d.c.DeleteSandbox(ctxT(t), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	b := d.create(t, nil)
+	if u := d.hostIDs(t, b.ID); u != hostIDPoolStart+hostIDPoolSlots*65536 {
+		t.Errorf("sandbox on the freed pool runs as %d", u)
+	}
+}
