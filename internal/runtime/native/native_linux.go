@@ -148,6 +148,9 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		cu.add(func() { releaseLease(lease, stateDir) })
 	}
 	if err := os.Mkdir(stateDir, 0o711); err != nil {
+		if lease != nil {
+			lease.Release() // nothing of this sandbox exists yet
+		}
 		if os.IsExist(err) {
 			return nil, fmt.Errorf("sandbox %s: %w", id, runtime.ErrExists)
 		}

@@ -97,7 +97,11 @@ func forkOwnedLocked(exe string, argv []string, attr *syscall.ProcAttr, uid, gid
 	}()
 	for _, s := range steps {
 		if _, _, e := unix.RawSyscall(s.trap, s.a, s.b, keep); e != 0 {
-			return 0, true, fmt.Errorf("%s: %w", s.what, e)
+			err := fmt.Errorf("%s to own the sandbox's user namespace as uid %d gid %d: %w", s.what, uid, gid, e)
+			if e == unix.EINVAL {
+				err = fmt.Errorf("%w (the uid pool must lie within this process's own id map, /proc/self/uid_map and gid_map)", err)
+			}
+			return 0, true, err
 		}
 		done++
 	}
