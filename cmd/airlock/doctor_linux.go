@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/sandbox"
+	"github.com/airlock-dev/airlock/internal/uidpool"
 )
 
 // check is one line of the doctor's report.
@@ -40,11 +41,19 @@ func newDoctorCmd() *cobra.Command {
 		Long: `Report each isolation layer on this host and run a self-test sandbox that tries
 to read a canary file outside it and to write outside its workspace (both must
 fail) next to controls that must succeed. Exits 1 when the host cannot give
-full isolation.`,
+full isolation.
+
+As root it also checks the pool sandboxes' host id ranges are leased from
+($AIRLOCK_UID_POOL, else root's ranges in /etc/subuid and /etc/subgid, else
+the built-in default): it must not overlap an account in /etc/passwd or
+/etc/group or another user's subordinate ids; and reports how many ranges
+are leased.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			checks := hostChecks()
-			checks = append(checks, selfTest()...)
+			pool, pc := poolCheck()
+			checks = append(checks, pc)
+			checks = append(checks, selfTest(pool)...)
 			full := true
 			for _, c := range checks {
 				if c.Required && !c.OK {
@@ -221,11 +230,40 @@ func exists(path string) bool {
 	return err == nil
 }
 
+// poolCheck reports the pool sandboxes' host ids come from, as root (the
+// pool airlock run would use: $AIRLOCK_UID_POOL or the host's default).
+// Rootless there is none: root inside is the caller.
+func poolCheck() (*uidpool.Pool, check) {
+	c := check{Name: "host id pool", Required: os.Geteuid() == 0}
+	if os.Geteuid() != 0 {
+		c.Detail = "rootless: every sandbox runs as you (one uid), so they share your per-user kernel limits (inotify, message queues, processes); as root each gets a range of its own"
+		return nil, c
+	}
+	pool, err := uidPool("")
+	if err != nil {
+		c.Detail = err.Error()
+		return nil, c
+	}
+	c.OK = true
+	c.Detail = pool.String() + "; each sandbox owns its range and its user namespace (per-user kernel limits per sandbox)"
+	leases := &uidpool.Leases{Dir: uidpool.DefaultDir}
+	if list, err := leases.List(); err == nil {
+		held := 0
+		for _, l := range list {
+			if l.Held {
+				held++
+			}
+		}
+		c.Detail += fmt.Sprintf("; %d ranges leased in %s (%d by a live sandbox or supervisor, the others are reclaimed once nothing of their sandbox remains)", len(list), leases.Dir, held)
+	}
+	return pool, c
+}
+
 // selfTest runs a real sandbox that tries to read a canary outside it and
 // to write outside its workspace, next to controls that must succeed. The
 // oracles are on the host: the canary's secret in the output, and files
 // appearing on the host.
-func selfTest() []check {
+func selfTest(pool *uidpool.Pool) []check {
 	fail := func(name, msg string) []check {
 		return []check{{Name: name, Required: true, Detail: msg}}
 	}
@@ -252,7 +290,7 @@ func selfTest() []check {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sb, err := (&native.Runtime{}).Create(ctx, spec)
+	sb, err := (&native.Runtime{UIDPool: pool}).Create(ctx, spec)
 	if err != nil {
 		return fail("self-test sandbox", "cannot create a sandbox: "+err.Error())
 	}

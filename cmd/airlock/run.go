@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/sandbox"
+	"github.com/airlock-dev/airlock/internal/uidpool"
 )
 
 type runFlags struct {
@@ -39,6 +40,7 @@ type runFlags struct {
 	net                                        string
 	netAllow, netDeny, addHosts, secrets       []string
 	netLog                                     string
+	uidPool                                    string
 }
 
 func newRunCmd() *cobra.Command {
@@ -91,6 +93,7 @@ environment is passed unless asked for.`,
 	fl.StringVar(&f.netLog, "net-log", "", "append every egress connection and request to FILE as JSON lines (default: stderr with -v)")
 	fl.BoolVar(&f.noTTY, "no-tty", false, "never allocate a terminal, even when stdin is one")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "report the isolation layers applied and setup timings")
+	fl.StringVar(&f.uidPool, "uid-pool", "", "as root: START:SIZE, the host ids sandboxes' id ranges (65536 each) are leased from (default: $AIRLOCK_UID_POOL, else root's ranges in /etc/subuid and /etc/subgid, else 1879048192:134217728)")
 	return cmd
 }
 
@@ -200,6 +203,35 @@ func buildPolicy(f *runFlags) (*policy.Policy, error) {
 	return p, nil
 }
 
+// uidPool resolves the pool the sandbox's host ids are leased from, as
+// root: flag, else $AIRLOCK_UID_POOL, else the host's default (see
+// uidpool.Resolve). Rootless there is none: root inside is the caller.
+func uidPool(flag string) (*uidpool.Pool, error) {
+	if os.Geteuid() != 0 {
+		if flag != "" {
+			return nil, errors.New("--uid-pool needs root: rootless, root inside the sandbox is you (one uid)")
+		}
+		return nil, nil
+	}
+	s := flag
+	if s == "" {
+		s = os.Getenv("AIRLOCK_UID_POOL")
+	}
+	var configured *uidpool.Range
+	if s != "" {
+		r, err := uidpool.ParseRange(s)
+		if err != nil {
+			return nil, err
+		}
+		configured = &r
+	}
+	p, err := uidpool.Resolve(configured)
+	if err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
 func absAll(paths []string) []string {
 	out := make([]string, len(paths))
 	for i, p := range paths {
@@ -228,6 +260,10 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 		}
 	}
 	spec, err := sandbox.Spec(p, sandbox.Opts{Insecure: insecure, CgroupParent: f.cgroupParent})
+	if err != nil {
+		return fail(exitSetup, "%v", err)
+	}
+	pool, err := uidPool(f.uidPool)
 	if err != nil {
 		return fail(exitSetup, "%v", err)
 	}
@@ -266,7 +302,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 	defer signal.Stop(sigc)
 
 	ctx := context.Background()
-	rt := &native.Runtime{Reaper: true}
+	rt := &native.Runtime{Reaper: true, UIDPool: pool}
 	t0 := time.Now()
 	sb, err := rt.Create(ctx, spec)
 	if err != nil {
@@ -437,7 +473,12 @@ func report(w io.Writer, info runtime.Info, insecure runtime.Insecure, created t
 	if info.Rootless {
 		mode = "rootless"
 	}
-	fmt.Fprintf(w, "airlock: sandbox %s (runtime %s, %s, root inside = host uid %d)\n", info.ID, info.Runtime, mode, info.HostUID)
+	ids := fmt.Sprintf("root inside = host uid %d gid %d", info.HostUID, info.HostGID)
+	if info.HostIDs > 1 {
+		ids = fmt.Sprintf("ids 0-%d inside = host uids %d-%d, gids %d-%d", info.HostIDs-1,
+			info.HostUID, info.HostUID+info.HostIDs-1, info.HostGID, info.HostGID+info.HostIDs-1)
+	}
+	fmt.Fprintf(w, "airlock: sandbox %s (runtime %s, %s, %s)\n", info.ID, info.Runtime, mode, ids)
 	ll := fmt.Sprintf("Landlock ABI %d", info.LandlockABI)
 	if insecure.NoLandlock {
 		ll = "Landlock OFF"

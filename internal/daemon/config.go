@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
+	"github.com/airlock-dev/airlock/internal/uidpool"
 )
 
 // Config is the daemon's configuration file. Durations are Go durations
@@ -65,6 +66,10 @@ type Config struct {
 	// hosts it may ever be sent to.
 	Secrets  map[string]manager.SecretConfig `yaml:"secrets"`
 	Insecure Insecure                        `yaml:"insecure"`
+	// UIDPool is where, as root, each sandbox's host uid and gid range
+	// (65536 ids) is leased from: {start, size}. Unset: root's ranges in
+	// /etc/subuid and /etc/subgid, else uidpool.Default.
+	UIDPool *uidpool.Range `yaml:"uid_pool"`
 
 	// DiskQuota is where sandbox workspaces live, capped at each
 	// sandbox's disk size: "loop" (an ext4 image per sandbox in

@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/server"
 	"github.com/airlock-dev/airlock/internal/store"
+	"github.com/airlock-dev/airlock/internal/uidpool"
 )
 
 // Logger makes the daemon's logger: text or JSON, at a level.
@@ -75,6 +76,19 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 		return err
 	}
 	rt := &native.Runtime{Detached: true, StateRoot: c.StateDir, Volumes: vols}
+	if os.Geteuid() == 0 {
+		pool, err := uidpool.Resolve(c.UIDPool)
+		if err != nil {
+			return fmt.Errorf("config: uid_pool: %w", err)
+		}
+		rt.UIDPool = &pool
+		log.Info("sandbox host ids", "pool", pool.String())
+		if mc.MaxSandboxes > pool.Slots() {
+			log.Warn("max_sandboxes is above what the uid pool holds; creations past it fail until sandboxes end", "max_sandboxes", mc.MaxSandboxes, "pool_sandboxes", pool.Slots())
+		}
+	} else if c.UIDPool != nil {
+		return errors.New("config: uid_pool needs root: rootless, root inside a sandbox is the daemon's user (one uid)")
+	}
 	mc.Runtime, mc.Adopter, mc.Store, mc.Log = rt, rt, st, log
 	mc.Metrics = manager.NewMetrics()
 	for layer, off := range map[string]bool{"landlock": mc.Insecure.NoLandlock, "seccomp": mc.Insecure.NoSeccomp, "cgroups": mc.Insecure.NoCgroups} {

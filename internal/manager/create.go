@@ -181,7 +181,8 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 		forget()
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	if err := m.st.SetState(ctx, sb.id, api.StateRunning, "", nil); err != nil {
+	info := rt.Info()
+	if err := m.st.SetCreated(ctx, sb.id, api.StateRunning, info.HostUID, info.HostGID); err != nil {
 		rt.Destroy(context.WithoutCancel(ctx))
 		forget()
 		return nil, fmt.Errorf("store: %w", err)
@@ -198,6 +199,7 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 	sb.mu.Lock()
 	sb.rt = rt
 	sb.rec.State = api.StateRunning
+	sb.rec.HostUID, sb.rec.HostGID = info.HostUID, info.HostGID
 	sb.mu.Unlock()
 	m.watch(sb, rt)
 	return sb, nil

@@ -129,6 +129,18 @@ func (m *Manager) recoverOne(ctx context.Context, r *store.Sandbox) {
 		m.lost(ctx, sb, fmt.Sprintf("could not re-adopt after a daemon restart: %v", err))
 		return
 	}
+	// The host ids the runtime re-leased it (from its own state) must be
+	// the ones recorded at creation: a sandbox never runs on a range the
+	// store does not know it holds.
+	if info := rt.Info(); r.HostGID != 0 && (info.HostUID != r.HostUID || info.HostGID != r.HostGID) {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		if derr := rt.Destroy(dctx); derr != nil {
+			m.log.Error("destroy sandbox", "sandbox", r.ID, "err", derr)
+		}
+		cancel()
+		m.lost(ctx, sb, fmt.Sprintf("its runtime state says host ids %d/%d, the store %d/%d", info.HostUID, info.HostGID, r.HostUID, r.HostGID))
+		return
+	}
 	// Egress is a layer like the others: a sandbox whose gateway cannot be
 	// served again does not keep running without it (fail closed).
 	gw, env, err := m.restoreEgress(sb, rt)
@@ -187,7 +199,7 @@ func (m *Manager) recoverOne(ctx context.Context, r *store.Sandbox) {
 	}
 	sb.rt = rt
 	m.watch(sb, rt)
-	m.log.Info("sandbox re-adopted", "sandbox", r.ID, "state", r.State, "running_processes", len(state.Running))
+	m.log.Info("sandbox re-adopted", "sandbox", r.ID, "state", r.State, "running_processes", len(state.Running), "host_uid", r.HostUID)
 }
 
 // restoreEgress serves an adopted sandbox's egress listeners again (the

@@ -263,7 +263,9 @@ type Info struct {
 	LandlockABI int
 	CgroupPaths []string
 	Rootless    bool
-	HostUID     int
+	// HostUID and HostGID are the host ids of root inside, and HostIDs
+	// how many ids from them on are mapped (ids 0 to HostIDs-1 inside).
+	HostUID, HostGID, HostIDs int
 	// Steps holds the time each setup step took, for benchmarks.
 	Steps map[string]time.Duration
 }

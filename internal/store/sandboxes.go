@@ -24,6 +24,10 @@ type Sandbox struct {
 	CreatedAt, LastActivity      time.Time
 	ExpiresAt, Deadline, EndedAt *time.Time // TTL expiry, maximum-lifetime deadline, end
 	IdleTimeout                  time.Duration
+
+	// HostUID and HostGID are the host ids root inside the sandbox runs
+	// as (the first of its leased range as root); 0 when not recorded.
+	HostUID, HostGID int
 }
 
 // Filter selects sandboxes for ListSandboxes. The zero Filter selects all.
@@ -36,7 +40,7 @@ type Filter struct {
 }
 
 const sandboxCols = `id, state, reason, image, policy, spec, pool,
-	created_at, last_activity, expires_at, deadline, ended_at, idle_timeout`
+	created_at, last_activity, expires_at, deadline, ended_at, idle_timeout, host_uid, host_gid`
 
 // PutSandbox inserts sb or replaces the record with its ID, labels included.
 // The sandbox's processes are kept.
@@ -47,7 +51,7 @@ func (s *Store) PutSandbox(ctx context.Context, sb *Sandbox) error {
 	var e timeEnc
 	args := []any{sb.ID, sb.State, sb.Reason, sb.Image, sb.Policy, nilIfEmpty(sb.Spec), sb.Pool,
 		e.at(sb.CreatedAt), e.at(sb.LastActivity), e.ptr(sb.ExpiresAt), e.ptr(sb.Deadline), e.ptr(sb.EndedAt),
-		int64(sb.IdleTimeout)}
+		int64(sb.IdleTimeout), sb.HostUID, sb.HostGID}
 	if e.err != nil {
 		return fmt.Errorf("sandbox %q: %w", sb.ID, e.err)
 	}
@@ -55,13 +59,14 @@ func (s *Store) PutSandbox(ctx context.Context, sb *Sandbox) error {
 		// An upsert, not INSERT OR REPLACE: replacing would delete the row and
 		// cascade to its processes.
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET
 				state = excluded.state, reason = excluded.reason, image = excluded.image,
 				policy = excluded.policy, spec = excluded.spec, pool = excluded.pool,
 				created_at = excluded.created_at, last_activity = excluded.last_activity,
 				expires_at = excluded.expires_at, deadline = excluded.deadline,
-				ended_at = excluded.ended_at, idle_timeout = excluded.idle_timeout`, args...)
+				ended_at = excluded.ended_at, idle_timeout = excluded.idle_timeout,
+				host_uid = excluded.host_uid, host_gid = excluded.host_gid`, args...)
 		if err != nil {
 			return err
 		}
@@ -107,6 +112,13 @@ func (s *Store) SetState(ctx context.Context, id, state, reason string, endedAt 
 		return fmt.Errorf("sandbox %q: %w", id, e.err)
 	}
 	return s.update(ctx, id, `UPDATE sandboxes SET state = ?, reason = ?, ended_at = ? WHERE id = ?`, state, reason, ended)
+}
+
+// SetCreated records that the runtime made a sandbox: its state and the
+// host uid and gid root inside it runs as.
+func (s *Store) SetCreated(ctx context.Context, id, state string, hostUID, hostGID int) error {
+	return s.update(ctx, id, `UPDATE sandboxes SET state = ?, reason = '', ended_at = NULL, host_uid = ?, host_gid = ? WHERE id = ?`,
+		state, hostUID, hostGID)
 }
 
 // SetExpiry records when a sandbox's TTL expires (nil: never).
@@ -302,7 +314,7 @@ func scanSandbox(sc scanner) (*Sandbox, error) {
 	var created, last, idle int64
 	var exp, deadline, ended sql.NullInt64
 	err := sc.Scan(&sb.ID, &sb.State, &sb.Reason, &sb.Image, &sb.Policy, &sb.Spec, &sb.Pool,
-		&created, &last, &exp, &deadline, &ended, &idle)
+		&created, &last, &exp, &deadline, &ended, &idle, &sb.HostUID, &sb.HostGID)
 	if err != nil {
 		return nil, err
 	}

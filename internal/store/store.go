@@ -179,6 +179,10 @@ var migrations = []string{
 		credential TEXT NOT NULL
 	) STRICT;
 	CREATE INDEX egress_events_sandbox ON egress_events (sandbox_id, id);`,
+	// 3: the host uid and gid root inside a sandbox runs as (the first
+	// of its leased range as root; 0: not recorded).
+	`ALTER TABLE sandboxes ADD COLUMN host_uid INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE sandboxes ADD COLUMN host_gid INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // migrate applies the migrations the database has not seen, each in its own

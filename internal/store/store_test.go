@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -162,7 +163,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 		Spec: []byte(`{"cpu":2,"env":{"A":"b"}}`), Pool: "pool-key",
 		CreatedAt: at(0), LastActivity: at(time.Second),
 		ExpiresAt: ptr(at(time.Hour)), Deadline: ptr(at(24 * time.Hour)), EndedAt: ptr(at(2 * time.Hour)),
-		IdleTimeout: 90 * time.Second,
+		IdleTimeout: 90 * time.Second, HostUID: 1879048192, HostGID: 1879113728,
 	}
 	empty := &Sandbox{ID: "sb-empty"}
 	for _, want := range []*Sandbox{full, empty} {
@@ -238,6 +239,17 @@ func TestSetters(t *testing.T) {
 	if got := mustGet(t, s, "sb"); got.State != "running" || got.Reason != "" || got.EndedAt != nil {
 		t.Errorf("after SetState(nil): %+v", got)
 	}
+
+	if err := s.SetCreated(ctx, "sb", "running", 1879048192, 1879113728); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, "sb"); got.State != "running" || got.HostUID != 1879048192 || got.HostGID != 1879113728 {
+		t.Errorf("after SetCreated: %+v", got)
+	}
+	if got := mustGet(t, s, "other"); got.HostUID != 0 || got.HostGID != 0 {
+		t.Errorf("SetCreated reached another sandbox: %+v", got)
+	}
+	wantNotFound(t, "SetCreated of a missing sandbox", s.SetCreated(ctx, "gone", "running", 1, 1))
 
 	if err := s.SetExpiry(ctx, "sb", ptr(at(2*time.Hour))); err != nil {
 		t.Fatal(err)
@@ -863,5 +875,44 @@ func TestConcurrentWriters(t *testing.T) {
 		if err != nil || len(procs) != rounds {
 			t.Errorf("%s: %d processes, %v", sb.ID, len(procs), err)
 		}
+	}
+}
+
+// A database from before the host id columns (schema 2) opens, keeps its
+// sandboxes (host ids 0: not recorded) and records host ids from then on.
+func TestMigrateHostIDs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "airlock.db")
+	old, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migrations[:2] {
+		if _, err := old.Exec(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := old.Exec(`PRAGMA user_version = 2`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Exec(`INSERT INTO sandboxes (id, state, reason, image, policy, pool, created_at, last_activity, idle_timeout)
+		VALUES ('sb-old', 'running', '', '', '', '', 1, 1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got := mustGet(t, s, "sb-old")
+	if got.State != "running" || got.HostUID != 0 || got.HostGID != 0 {
+		t.Errorf("migrated record: %+v", got)
+	}
+	if err := s.SetCreated(context.Background(), "sb-old", "running", 100000, 100000); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, "sb-old"); got.HostUID != 100000 || got.HostGID != 100000 {
+		t.Errorf("after SetCreated: %+v", got)
 	}
 }

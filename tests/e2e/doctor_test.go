@@ -46,7 +46,7 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("required check %q failed: %s", c.Name, c.Detail)
 		}
 	}
-	for _, name := range []string{"user namespaces", "seccomp", "landlock", "cgroups", "overlayfs",
+	for _, name := range []string{"user namespaces", "seccomp", "landlock", "cgroups", "overlayfs", "host id pool",
 		"disk quota (airlock run)", "disk quota (airlock serve)", "tmpfs memory accounting",
 		"self-test: read canary outside", "self-test: read workspace (control)",
 		"self-test: write outside workspace", "self-test: write workspace (control)"} {
@@ -57,6 +57,19 @@ func TestDoctor(t *testing.T) {
 	human := airlock(t, opts{}, "doctor")
 	if human.code != 0 || !strings.Contains(human.stdout, "full isolation: yes") {
 		t.Errorf("doctor (human): exit %d\n%s", human.code, human)
+	}
+
+	// A uid pool that would share ids with the host's own users: the
+	// check fails, and so does the doctor.
+	rep, r = doctorJSON(t, opts{env: []string{"AIRLOCK_UID_POOL=1000:65536"}})
+	poolFailed := false
+	for _, c := range rep.Checks {
+		if c.Name == "host id pool" && !c.OK && strings.Contains(c.Detail, "must start at or above") {
+			poolFailed = true
+		}
+	}
+	if r.code != 1 || rep.FullIsolation || !poolFailed {
+		t.Errorf("doctor with a bad uid pool: exit %d, full isolation %v, pool check failed %v\n%s", r.code, rep.FullIsolation, poolFailed, r)
 	}
 
 	rep, r = doctorJSON(t, opts{nobody: true, noFlag: true})

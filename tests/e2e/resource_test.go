@@ -256,6 +256,14 @@ func TestR13SupervisorDeath(t *testing.T) {
 	b := start(t, opts{}, "run", "-v", "--", "/bin/sh", "-c", "sleep 1000 & sleep 1000 & echo ready; wait")
 	id, paths := b.cgroupPaths(t)
 	b.stdout.waitFor(t, regexp.MustCompile(`^ready$`), 30*time.Second)
+	ids := regexp.MustCompile(`host uids (\d+)-\d+, gids (\d+)-`).FindStringSubmatch(b.stderr.String())
+	if ids == nil {
+		t.Fatalf("no host ids in the -v report:\n%s", b.stderr)
+	}
+	lease := "/run/airlock/uids/" + ids[1] + "-" + ids[2]
+	if _, err := os.Stat(lease); err != nil {
+		t.Errorf("control: no lease %s while the sandbox runs: %v", lease, err)
+	}
 	cg := pidsCgroup(t, paths)
 	var pids []int
 	poll(10*time.Second, func() bool { pids = cgroupPids(t, cg); return len(pids) >= 4 })
@@ -301,8 +309,14 @@ func TestR13SupervisorDeath(t *testing.T) {
 			t.Errorf("cgroup %s left after airlock was killed", p)
 		}
 	}
-	if reaperRunning(stateDir) {
+	// (Its last step, giving the host ids back, scans /proc: allow it a
+	// moment.)
+	if !poll(5*time.Second, func() bool { return !reaperRunning(stateDir) }) {
 		t.Errorf("the reaper for %s is still running after its work", stateDir)
+	}
+	// Nothing of the sandbox is left: its host id range is free again.
+	if !poll(10*time.Second, func() bool { _, err := os.Stat(lease); return err != nil }) {
+		t.Errorf("lease %s left after airlock was killed and its sandbox cleaned up", lease)
 	}
 }
 

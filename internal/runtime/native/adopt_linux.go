@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/agent"
 	"github.com/airlock-dev/airlock/internal/cgroup"
 	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/uidpool"
 )
 
 // agentSocket is the listening socket of a detached sandbox's agent, in its
@@ -94,7 +95,7 @@ func (r *Runtime) adopt(ctx context.Context, id string, listen bool) (runtime.Sa
 		detached: true, initPid: st.Init, initPidFD: pidfd, listen: st.Listen,
 		procs: map[uint64]*process{}, done: make(chan struct{}), exited: make(chan struct{}), swept: make(chan struct{}),
 		info: runtime.Info{ID: id, Runtime: r.Name(), LandlockABI: st.LandlockABI, CgroupPaths: st.Cgroups,
-			Rootless: st.Rootless, HostUID: st.HostUID, Steps: map[string]time.Duration{}},
+			Rootless: st.Rootless, HostUID: st.HostUID, HostGID: st.HostGID, HostIDs: 1, Steps: map[string]time.Duration{}},
 		// The agent may still answer calls of the previous supervisor (a
 		// long read, say) on this connection: start the sequence numbers
 		// far from where any previous supervisor's were, so that such an
@@ -107,6 +108,16 @@ func (r *Runtime) adopt(ctx context.Context, id string, listen bool) (runtime.Sa
 		sb.closeListeners()
 		sb.closePidFD()
 		return nil, nil, fmt.Errorf("sandbox %q: adopt: %w", id, err)
+	}
+	if !st.Rootless && st.HostGID != 0 {
+		// The sandbox's host ids stay leased to it under this process.
+		// (A state file without host_gid is from a version that mapped
+		// every sandbox to one shared uid, and has no lease.)
+		lease, err := leases.Claim(st.HostUID, st.HostGID, uidpool.Owner{Sandbox: id, StateDir: dir}, st.Init)
+		if err != nil {
+			return fail(err)
+		}
+		sb.lease, sb.info.HostIDs = lease, uidpool.SlotSize
 	}
 	if listen && len(st.Listen) > 0 {
 		if sb.listeners, err = listenInNetns(st.Init, pidfd, st.Listen); err != nil {

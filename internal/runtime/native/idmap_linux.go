@@ -10,10 +10,20 @@ import (
 )
 
 // idmappedMounts makes detached, idmapped copies of the host system
-// directories (or the image) and, when asked, of the workspace, mapped
-// through the sandbox's user namespace so that files owned by host root
-// appear owned by root inside. Only a root supervisor can make them.
-func idmappedMounts(pid int, image, etc, workspace string, withWorkspace bool, binds []bindMount) ([]*os.File, []string, error) {
+// directories (or the image), the etc cache, the workspace and the bind
+// sources. Only a root supervisor can make them.
+//
+// The system directories, the etc cache, the image and root-owned bind
+// sources are mapped through the sandbox's own user namespace: host ids
+// 0-65535 appear as themselves, root's files owned by root. A root-owned
+// workspace too; nothing inside can act as another uid than root (its
+// capabilities are dropped before anything runs), so what the sandbox
+// writes there belongs to host root. A workspace or bind source owned by
+// anyone else is mapped through owners (see ownerUserns): its owner
+// appears as root, and what the sandbox creates there belongs to that
+// owner. So no writable host path ever gets a file owned by one of the
+// sandbox's own ids, which could outlive the sandbox's lease on them.
+func idmappedMounts(pid int, image, etc, workspace string, binds []bindMount, owners map[owner]*os.File) ([]*os.File, []string, error) {
 	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
 	if err != nil {
 		return nil, nil, err
@@ -21,8 +31,28 @@ func idmappedMounts(pid int, image, etc, workspace string, withWorkspace bool, b
 	defer ns.Close()
 	var files []*os.File
 	var names []string
-	add := func(path, name string, readOnly bool) error {
-		f, err := detachedMount(path, int(ns.Fd()), readOnly)
+	fail := func(err error) ([]*os.File, []string, error) {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, nil, err
+	}
+	add := func(path, name string, readOnly, byOwner bool) error {
+		usernsFD := int(ns.Fd())
+		if byOwner {
+			var st unix.Stat_t
+			if err := unix.Stat(path, &st); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			if st.Uid != 0 {
+				f := owners[owner{st.Uid, st.Gid}]
+				if f == nil {
+					return fmt.Errorf("%s: its owner changed to %d:%d while the sandbox was being made", path, st.Uid, st.Gid)
+				}
+				usernsFD = int(f.Fd())
+			}
+		}
+		f, err := detachedMount(path, usernsFD, readOnly)
 		if err != nil {
 			return err
 		}
@@ -30,14 +60,8 @@ func idmappedMounts(pid int, image, etc, workspace string, withWorkspace bool, b
 		names = append(names, name)
 		return nil
 	}
-	fail := func(err error) ([]*os.File, []string, error) {
-		for _, f := range files {
-			f.Close()
-		}
-		return nil, nil, err
-	}
 	if image != "" {
-		if err := add(image, "image", true); err != nil {
+		if err := add(image, "image", true, false); err != nil {
 			return fail(err)
 		}
 	} else {
@@ -46,37 +70,23 @@ func idmappedMounts(pid int, image, etc, workspace string, withWorkspace bool, b
 			if err != nil || !fi.IsDir() {
 				continue
 			}
-			if err := add(d, d, true); err != nil {
+			if err := add(d, d, true, false); err != nil {
 				return fail(err)
 			}
 		}
-		if err := add(etc, "etc", true); err != nil {
+		if err := add(etc, "etc", true, false); err != nil {
 			return fail(err)
 		}
 	}
-	if withWorkspace {
-		if err := add(workspace, "workspace", false); err != nil {
+	if workspace != "" { // empty: a tmpfs the init mounts
+		if err := add(workspace, "workspace", false, true); err != nil {
 			return fail(err)
 		}
 	}
 	for i, b := range binds {
-		// Files owned by host root appear owned by root inside; a source
-		// owned by anyone else is passed as it is (root inside may be
-		// that user, see Create).
-		var st unix.Stat_t
-		if err := unix.Stat(b.Source, &st); err != nil {
+		if err := add(b.Source, fmt.Sprintf("bind:%d", i), !b.Writable, true); err != nil {
 			return fail(fmt.Errorf("bind source %s: %w", b.Source, err))
 		}
-		nsFD := int(ns.Fd())
-		if st.Uid != 0 {
-			nsFD = -1
-		}
-		f, err := detachedMount(b.Source, nsFD, !b.Writable)
-		if err != nil {
-			return fail(err)
-		}
-		files = append(files, f)
-		names = append(names, fmt.Sprintf("bind:%d", i))
 	}
 	return files, names, nil
 }

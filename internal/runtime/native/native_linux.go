@@ -31,13 +31,8 @@ import (
 	"github.com/airlock-dev/airlock/internal/cgroup"
 	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/uidpool"
 )
-
-// DefaultSandboxUID is the unprivileged host uid (and gid) that root inside
-// a sandbox maps to when airlock runs as root and the workspace is owned by
-// root. When the workspace belongs to another user, root inside maps to that
-// user; when airlock runs unprivileged, to the caller.
-const DefaultSandboxUID = 100000
 
 // Defaults for sizes the Spec leaves at zero.
 const (
@@ -81,6 +76,10 @@ type Runtime struct {
 	// counted against the sandbox's memory limit). A workspace the caller
 	// names is the caller's directory and is not capped.
 	Volumes *quota.Volumes
+	// UIDPool is where, as root, each sandbox's host uid and gid range
+	// is leased from. Nil: uidpool.Resolve(nil) (root's subordinate ids,
+	// else uidpool.Default). Unused rootless: root inside is the caller.
+	UIDPool *uidpool.Pool
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -140,7 +139,24 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, err
 	}
 	stateDir := filepath.Join(root, id)
+	rootless := os.Geteuid() != 0
+	var lease *uidpool.Lease
+	if !rootless {
+		// Leased before the state directory exists, released (last in
+		// the rollback) only once it is gone and the init is dead.
+		pool, err := r.pool()
+		if err != nil {
+			return nil, &LayerError{Layer: layerNamespaces, Err: err, Fix: "see `airlock doctor` (uid pool)"}
+		}
+		if lease, err = leases.Acquire(pool, uidpool.Owner{Sandbox: id, StateDir: stateDir}); err != nil {
+			return nil, &LayerError{Layer: layerNamespaces, Err: err, Fix: "destroy sandboxes, or configure a larger uid pool (--uid-pool, uid_pool)"}
+		}
+		cu.add(func() { releaseLease(lease, stateDir) })
+	}
 	if err := os.Mkdir(stateDir, 0o711); err != nil {
+		if lease != nil {
+			lease.Release() // nothing of this sandbox exists yet
+		}
 		if os.IsExist(err) {
 			return nil, fmt.Errorf("sandbox %s: %w", id, runtime.ErrExists)
 		}
@@ -151,8 +167,8 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, err
 	}
 
-	sb := &sandbox{id: id, stateDir: stateDir, procs: map[uint64]*process{}, done: make(chan struct{}), swept: swept, detached: r.Detached, listen: spec.Listen, agentVersion: agent.Version}
-	sb.info = runtime.Info{ID: id, Runtime: r.Name(), Rootless: os.Geteuid() != 0, Steps: steps}
+	sb := &sandbox{id: id, stateDir: stateDir, procs: map[uint64]*process{}, done: make(chan struct{}), swept: swept, detached: r.Detached, listen: spec.Listen, lease: lease, agentVersion: agent.Version}
+	sb.info = runtime.Info{ID: id, Runtime: r.Name(), Rootless: rootless, Steps: steps}
 
 	// A fresh workspace is a volume on host storage (Volumes) or a tmpfs
 	// the init mounts (ws stays empty); either way capped at the disk limit.
@@ -187,13 +203,22 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		}
 	}
 	sb.workspace = ws
-	if err := writeState(stateDir, &stateFile{Workspace: ws, Volume: sb.volume}); err != nil {
+	uid, gid, ids := os.Getuid(), os.Getgid(), 1
+	if lease != nil {
+		uid, gid, ids = lease.UID, lease.GID, uidpool.SlotSize
+	}
+	sb.info.HostUID, sb.info.HostGID, sb.info.HostIDs = uid, gid, ids
+	if err := writeState(stateDir, &stateFile{Workspace: ws, Volume: sb.volume, HostUID: uid, HostGID: gid, Rootless: rootless}); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-
-	uid, gid, idmapWorkspace := hostIDs(sb.info.Rootless, &wst)
-	idmapWorkspace = idmapWorkspace && ws != ""
-	sb.info.HostUID = uid
+	exe, exeEnv := r.initProgram()
+	var owners *ownerNamespaces
+	if !rootless {
+		// The user namespaces that make the owners of the workspace and
+		// the bind sources root inside, made while the init starts.
+		owners = startOwnerNamespaces(exe, hostOwners(spec, &wst), uid, gid)
+		defer owners.close()
+	}
 
 	// On cgroup v2 the init is cloned straight into its cgroup, which must
 	// therefore exist first. On v1 the cgroup is made while the init
@@ -229,8 +254,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, err
 	}
 	cu.add(func() { parentEnd.Close() })
-	exe, exeEnv := r.initProgram()
-	attr := initAttr(uid, gid, childEnd)
+	attr := initAttr(uid, gid, ids, rootless, childEnd)
 	attr.Env = append(attr.Env, exeEnv...)
 	if r.Detached {
 		attr.Sys.Pdeathsig = 0
@@ -242,7 +266,12 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		}
 	}
 	t0 := time.Now()
-	pid, err := syscall.ForkExec(exe, []string{"airlock", InitArg}, attr)
+	var pid int
+	if rootless {
+		pid, err = syscall.ForkExec(exe, []string{"airlock", InitArg}, attr)
+	} else {
+		pid, err = forkOwned(exe, []string{"airlock", InitArg}, attr, uid, gid)
+	}
 	childEnd.Close()
 	if err != nil {
 		return nil, &LayerError{Layer: layerNamespaces, Err: fmt.Errorf("start sandbox init: %w", err),
@@ -254,6 +283,11 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	go sb.waitInit()
 	cu.add(sb.closePidFD)
 	cu.add(func() { sb.killInit(); <-sb.exited })
+	if lease != nil {
+		if err := lease.SetInit(pid); err != nil {
+			return nil, &LayerError{Layer: layerNamespaces, Err: err}
+		}
+	}
 
 	if !spec.Insecure.NoCgroups && !cgv2 {
 		if err := newCgroup(); err != nil {
@@ -266,7 +300,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		steps["cgroups"] += time.Since(t0)
 	}
 
-	st, fds, err := sb.buildSetup(spec, root, sb.initPid, idmapWorkspace)
+	st, fds, err := sb.buildSetup(spec, root, sb.initPid, owners)
 	defer func() {
 		for _, f := range fds {
 			f.Close()
@@ -335,7 +369,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 
 // buildSetup assembles the init's setup and, as root, the detached mounts
 // that go with it (the caller closes them once sent).
-func (sb *sandbox) buildSetup(spec *runtime.Spec, root string, pid int, idmapWorkspace bool) (*setup, []*os.File, error) {
+func (sb *sandbox) buildSetup(spec *runtime.Spec, root string, pid int, owners *ownerNamespaces) (*setup, []*os.File, error) {
 	st := &setup{
 		StateDir: sb.stateDir, Image: spec.Image, Workspace: sb.workspace, Deny: spec.Deny, Hostname: "sandbox",
 		Disk: orDefault(spec.Limits.Disk, defaultDisk), Tmp: orDefault(spec.Limits.Tmp, defaultTmp), Shm: orDefault(spec.Limits.Shm, defaultShm),
@@ -359,7 +393,11 @@ func (sb *sandbox) buildSetup(spec *runtime.Spec, root string, pid int, idmapWor
 		return st, nil, nil
 	}
 	t0 := time.Now()
-	fds, names, err := idmappedMounts(pid, spec.Image, st.Etc, sb.workspace, idmapWorkspace, st.Mounts)
+	ns, err := owners.wait()
+	if err != nil {
+		return nil, nil, &LayerError{Layer: layerFilesystem, Err: err, Fix: "idmapped mounts of paths not owned by root need ptrace (kernel.yama.ptrace_scope below 3)"}
+	}
+	fds, names, err := idmappedMounts(pid, spec.Image, st.Etc, sb.workspace, st.Mounts, ns)
 	if err != nil {
 		return nil, nil, &LayerError{Layer: layerFilesystem, Err: err, Fix: "idmapped mounts need Linux >= 5.19 and a filesystem that supports them"}
 	}
@@ -374,28 +412,48 @@ func (sb *sandbox) buildSetup(spec *runtime.Spec, root string, pid int, idmapWor
 // runtime makes on host storage for a sandbox goes through here.
 func workspaceOwner() (uid, gid int) { return 0, 0 }
 
-// hostIDs chooses the host uid and gid that root inside the sandbox maps
-// to: the caller when rootless; as root, the workspace's owner, or
-// DefaultSandboxUID for a root-owned workspace, which is then attached
-// idmapped (so its files still appear owned by root inside).
-func hostIDs(rootless bool, ws *unix.Stat_t) (uid, gid int, idmapWorkspace bool) {
-	switch {
-	case rootless:
-		return os.Getuid(), os.Getgid(), false
-	case ws.Uid != 0:
-		return int(ws.Uid), int(ws.Gid), false
-	default:
-		return DefaultSandboxUID, DefaultSandboxUID, true
+// hostOwners lists the owners of the host paths a root supervisor
+// attaches idmapped: the workspace and every bind source. Each appears as
+// root inside (see idmappedMounts).
+func hostOwners(spec *runtime.Spec, ws *unix.Stat_t) map[owner]bool {
+	out := map[owner]bool{{ws.Uid, ws.Gid}: true}
+	var srcs []string
+	srcs = append(srcs, spec.ReadOnly...)
+	srcs = append(srcs, spec.Writable...)
+	for _, b := range spec.Binds {
+		srcs = append(srcs, b.Source)
+	}
+	for _, p := range srcs {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil {
+			out[owner{st.Uid, st.Gid}] = true
+		}
+	}
+	return out
+}
+
+// releaseLease gives a sandbox's host ids back once nothing of it can
+// remain: called after its init is dead (with it, every process of its PID
+// namespace); if its state directory could not be removed, the lease stays
+// for the pool's reclaim, which checks again.
+func releaseLease(lease *uidpool.Lease, stateDir string) {
+	if lease == nil {
+		return
+	}
+	if _, err := os.Lstat(stateDir); os.IsNotExist(err) {
+		lease.Release()
 	}
 }
 
 // initAttr starts the sandbox's init: this binary, re-executed in new
 // user, mount, PID, network, IPC and UTS namespaces as root of the new user
-// namespace (host uid and gid given), with the control channel as fd 3 and
-// /dev/null as stdio. syscall.ForkExec rather than os/exec: it needs no
-// pidfd probe (a throwaway fork on first use) and hands back a pidfd, so the
-// init can be signalled without racing pid reuse.
-func initAttr(uid, gid int, control *os.File) *syscall.ProcAttr {
+// namespace, which maps ids 0 to n-1 inside to uid and gid and up on the
+// host, with the control channel as fd 3 and /dev/null as stdio. As root
+// the init starts with no supplementary groups; rootless it cannot drop
+// them (setgroups is denied). syscall.ForkExec rather than os/exec: it
+// needs no pidfd probe (a throwaway fork on first use) and hands back a
+// pidfd, so the init can be signalled without racing pid reuse.
+func initAttr(uid, gid, n int, rootless bool, control *os.File) *syscall.ProcAttr {
 	null := devNull().Fd()
 	return &syscall.ProcAttr{
 		// One P is plenty for the agent, and fewer threads make the
@@ -406,11 +464,11 @@ func initAttr(uid, gid int, control *os.File) *syscall.ProcAttr {
 		Sys: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
 				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}},
-			GidMappingsEnableSetgroups: false,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: n}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: n}},
+			GidMappingsEnableSetgroups: !rootless,
 			// Become root of the new user namespace (the host uid above).
-			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
+			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: rootless},
 			Setsid:     true,
 			Pdeathsig:  unix.SIGKILL,
 			PidFD:      new(int),

@@ -7,6 +7,7 @@ import (
 	"errors"
 
 	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/uidpool"
 )
 
 // InitArg is the hidden subcommand that makes the airlock binary act as a
@@ -21,6 +22,7 @@ type Runtime struct {
 	Exe       string
 	StateRoot string
 	Reaper    bool
+	UIDPool   *uidpool.Pool
 }
 
 // ErrUnsupported is returned on operating systems other than Linux.

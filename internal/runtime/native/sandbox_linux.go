@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/cgroup"
 	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/uidpool"
 )
 
 // sandbox is the supervisor's handle on one running sandbox.
@@ -43,6 +44,8 @@ type sandbox struct {
 
 	listen    []string       // Spec.Listen, recorded for a later Adopt
 	listeners []net.Listener // Spec.Listen's sockets, served by the caller
+
+	lease *uidpool.Lease // the host ids it runs as (as root); nil rootless
 
 	reaperMu    sync.Mutex
 	reaperTimer *time.Timer
@@ -259,6 +262,9 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 		if err := os.RemoveAll(sb.stateDir); err != nil {
 			errs = append(errs, err)
 		}
+		// The init is dead, and with it every process of its PID
+		// namespace: the host ids can go back to the pool.
+		releaseLease(sb.lease, sb.stateDir)
 		sb.stopReaper()
 		sb.closePidFD()
 		<-sb.swept
@@ -366,7 +372,7 @@ func (sb *sandbox) state() *stateFile {
 	return &stateFile{
 		Workspace: sb.workspace, Volume: sb.volume, Placeholders: sb.placeholders, Cgroups: sb.info.CgroupPaths,
 		Detached: sb.detached, Init: sb.initPid, InitStart: procStart(sb.initPid),
-		HostUID: sb.info.HostUID, Rootless: sb.info.Rootless, LandlockABI: sb.info.LandlockABI, TempWS: sb.tempWorkspace,
+		HostUID: sb.info.HostUID, HostGID: sb.info.HostGID, Rootless: sb.info.Rootless, LandlockABI: sb.info.LandlockABI, TempWS: sb.tempWorkspace,
 		Listen: sb.listen,
 	}
 }

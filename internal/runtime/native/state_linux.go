@@ -32,6 +32,7 @@ type stateFile struct {
 	Init        int    `json:"init,omitempty"`
 	InitStart   string `json:"init_start,omitempty"`
 	HostUID     int    `json:"host_uid,omitempty"`
+	HostGID     int    `json:"host_gid,omitempty"`
 	Rootless    bool   `json:"rootless,omitempty"`
 	LandlockABI int    `json:"landlock_abi,omitempty"`
 	TempWS      bool   `json:"temp_workspace,omitempty"`
@@ -130,6 +131,7 @@ func sweep(root string, vs *quota.Volumes) {
 // directories (its processes died with its init) and its state directory.
 func cleanupState(dir string, st *stateFile) {
 	removePlaceholders(st.Workspace, st.Placeholders)
+	defer releaseIfGone(dir, st)
 	if st.Volume != nil {
 		st.Volume.Remove()
 	}
@@ -204,4 +206,14 @@ func startReaper(exe string, env []string, dir string) (*os.File, error) {
 	}
 	go p.Wait()
 	return w, nil
+}
+
+// releaseIfGone gives back the host ids of a sandbox whose supervisor
+// died, if nothing of it remains (see uidpool.Leases.ReleaseIfGone);
+// otherwise the pool reclaims them later, once nothing does.
+func releaseIfGone(dir string, st *stateFile) {
+	if st.Rootless || st.HostGID == 0 {
+		return
+	}
+	leases.ReleaseIfGone(st.HostUID, st.HostGID, filepath.Base(dir))
 }
