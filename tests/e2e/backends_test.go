@@ -1,0 +1,134 @@
+//go:build linux
+
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-dev/airlock/internal/runtime/gvisor"
+)
+
+// backend is the runtime every `airlock run` of the probes uses ("":
+// the default, native). TestBackends sets it while it runs the probes
+// again for each other backend; tests never run in parallel.
+var backend string
+
+// probe is one entry of the conformance table: a test that must hold on
+// every backend, or the reason it cannot hold on some.
+type probe struct {
+	name string
+	fn   func(*testing.T)
+	// cannot maps a backend to why this probe does not hold there (also
+	// listed in the README).
+	cannot map[string]string
+}
+
+// conformance lists the probes that run against every backend. The native
+// backend runs them as the top-level tests; TestBackends runs them again
+// for each other backend installed here.
+var conformance = []probe{
+	{name: "ExitStatus", fn: TestExitStatus},
+	{name: "CommandNotFound", fn: TestCommandNotFound},
+	{name: "Stdio", fn: TestStdio},
+	{name: "Timeout", fn: TestTimeout},
+	{name: "Environment", fn: TestEnvironment},
+	{name: "F1HostRead", fn: TestF1HostRead},
+	{name: "F2HostWrite", fn: TestF2HostWrite},
+	{name: "F5Mount", fn: TestF5Mount},
+	{name: "F11Setuid", fn: TestF11Setuid},
+	{name: "N1N8NoEgress", fn: TestN1N8NoEgress},
+	{name: "P6HostPIDs", fn: TestP6HostPIDs},
+	{name: "P9LeakedFDs", fn: TestP9LeakedFDs},
+	{name: "SeccompDenials", fn: TestSeccompDenials},
+	{name: "WorkspaceProtection", fn: TestWorkspaceProtection},
+	{name: "R3Memory", fn: TestR3Memory},
+	{name: "R7Nofile", fn: TestR7Nofile},
+	{name: "PolicyFile", fn: TestPolicyFile},
+}
+
+// backends are the runtimes other than native that can run here, with
+// the reason each one that cannot is skipped.
+func backends() map[string]string {
+	reason := ""
+	if os.Geteuid() != 0 {
+		reason = "gvisor probes need root (runsc's cgroups)"
+	} else if _, err := gvisor.Find(); err != nil {
+		reason = err.Error()
+	}
+	return map[string]string{gvisor.Name: reason}
+}
+
+func TestBackends(t *testing.T) {
+	need(t)
+	for name, reason := range backends() {
+		t.Run(name, func(t *testing.T) {
+			if reason != "" {
+				t.Skip(reason)
+			}
+			backend = name
+			defer func() { backend = "" }()
+			// The table really runs on this backend.
+			if r := run(t, opts{}, []string{"-v"}, "true"); r.code != 0 || !strings.Contains(r.stderr, "(runtime "+name+",") {
+				t.Fatalf("airlock run -v does not report runtime %s\n%s", name, r)
+			}
+			for _, p := range conformance {
+				t.Run(p.name, func(t *testing.T) {
+					if why := p.cannot[name]; why != "" {
+						t.Skip("does not hold on " + name + ": " + why)
+					}
+					p.fn(t)
+				})
+			}
+		})
+	}
+}
+
+// TestGVisorBadInput: a missing runsc, a policy the backend cannot honour
+// and an unknown runtime are refused with one line and exit 125, and leave
+// no runsc state behind; the same run with runsc installed succeeds.
+func TestGVisorBadInput(t *testing.T) {
+	needRoot(t)
+	runsc, err := gvisor.Find()
+	if err != nil {
+		t.Skip(err)
+	}
+	state := filepath.Join("/run", "airlock-gvisor")
+	before := entries(state)
+	r := run(t, opts{env: []string{"AIRLOCK_RUNSC=/nonexistent/runsc"}}, []string{"--runtime", "gvisor"}, "true")
+	if r.code != 125 || !strings.Contains(r.stderr, "install-runsc") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Errorf("missing runsc: want exit 125 and one line naming scripts/install-runsc\n%s", r)
+	}
+	r = run(t, opts{env: []string{"AIRLOCK_RUNSC=" + runsc}}, []string{"--runtime", "gvisor", "--net-allow", "example.com"}, "true")
+	if r.code != 125 || !strings.Contains(r.stderr, "network egress") || !strings.Contains(r.stderr, "gvisor") {
+		t.Errorf("network policy on gvisor: want exit 125 naming the feature and the backend\n%s", r)
+	}
+	r = run(t, opts{}, []string{"--runtime", "firecracker"}, "true")
+	if r.code != 125 || !strings.Contains(r.stderr, `unknown runtime "firecracker"`) {
+		t.Errorf("unknown runtime: want exit 125\n%s", r)
+	}
+	if after := entries(state); after != before {
+		t.Errorf("failed creations left state behind in %s: before %q, after %q", state, before, after)
+	}
+	// Control: the same run with runsc installed works.
+	mustOK(t, run(t, opts{env: []string{"AIRLOCK_RUNSC=" + runsc}}, []string{"--runtime", "gvisor"}, "true"), "gvisor true")
+	if after := entries(state); after != before {
+		t.Errorf("a finished run left state behind in %s: before %q, after %q", state, before, after)
+	}
+}
+
+// entries lists the sandbox directories in a state root (and runsc's).
+func entries(dir string) string {
+	var names []string
+	for _, d := range []string{dir, filepath.Join(dir, "runsc")} {
+		es, _ := os.ReadDir(d)
+		for _, e := range es {
+			if len(e.Name()) == 16 {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	return strings.Join(names, ",")
+}
