@@ -36,6 +36,8 @@ const (
 // (the supervisor ended, even by SIGKILL) the init exits and runsc ends the
 // whole sandbox.
 func InitMain() {
+	// Like the native init: commands (same uid) cannot look into it.
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	if len(os.Args) > 2 && os.Args[2] == "watch" {
 		go func() {
 			buf := make([]byte, 64)

@@ -37,7 +37,7 @@ const InstallCommand = "scripts/install-runsc (or: CGO_ENABLED=0 GOBIN=" + "/var
 
 // Arguments of the init program inside a gVisor sandbox.
 const (
-	InitArg = "__gvisor-init"
+	InitArg = "__sandbox-init-gvisor"
 	ExecArg = "__gvisor-exec"
 )
 

@@ -100,8 +100,12 @@ func ociSpec(id string, spec *runtime.Spec, rootfs, workspace, etc, initPath, se
 		return specs.Mount{Destination: dst, Type: "bind", Source: src, Options: o}
 	}
 	m := []specs.Mount{
-		{Destination: "/proc", Type: "proc", Source: "proc"},
-		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "mode=755", "size=65536"}},
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "nodev", "noexec"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "mode=755", "size=65536"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		// No /sys, as in the native runtime: an empty read-only tmpfs
+		// over the one runsc would add.
+		{Destination: "/sys", Type: "tmpfs", Source: "tmpfs", Options: []string{"ro", "nosuid", "nodev", "noexec", "size=4096", "mode=555"}},
 		tmpfs("/dev/shm", orDefault(spec.Limits.Shm, defaultShm), "mode=1777"),
 		tmpfs("/tmp", orDefault(spec.Limits.Tmp, defaultTmp), "mode=1777"),
 	}
@@ -130,7 +134,18 @@ func ociSpec(id string, spec *runtime.Spec, rootfs, workspace, etc, initPath, se
 			}
 		}
 		m = append(m, bind(etc, "/etc", false))
-		for _, d := range []string{"root", "home", "var", "opt", "mnt", "run", "workspace", "proc", "dev", "tmp", "etc", strings.TrimPrefix(guestDir, "/")} {
+		// The root itself is read-only, as in the native runtime; the
+		// places programs write to are tmpfs, each capped at the disk
+		// size.
+		s.Root.Readonly = true
+		for _, d := range []string{"/root", "/home", "/var", "/opt", "/mnt", "/run"} {
+			mode := "mode=755"
+			if d == "/root" {
+				mode = "mode=700"
+			}
+			m = append(m, tmpfs(d, orDefault(spec.Limits.Disk, defaultDisk), mode))
+		}
+		for _, d := range []string{"root", "home", "var", "opt", "mnt", "run", "workspace", "proc", "dev", "sys", "tmp", "etc", strings.TrimPrefix(guestDir, "/")} {
 			if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
 				return nil, err
 			}
