@@ -258,13 +258,18 @@ func protect(ws string, paths []string) (placeholders []string, mounts []specs.M
 		fi, err := os.Lstat(host)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			if err := os.MkdirAll(filepath.Dir(host), 0o755); err != nil {
-				return placeholders, nil, err
+			// Missing parents are placeholders too (removed in reverse
+			// order at teardown, each only if still empty).
+			for _, d := range append(parents, clean) {
+				p := filepath.Join(ws, d)
+				if _, err := os.Lstat(p); err == nil {
+					continue
+				}
+				if err := os.Mkdir(p, 0o755); err != nil {
+					return placeholders, nil, err
+				}
+				placeholders = append(placeholders, p)
 			}
-			if err := os.Mkdir(host, 0o755); err != nil {
-				return placeholders, nil, err
-			}
-			placeholders = append(placeholders, host)
 		case err != nil:
 			return placeholders, nil, err
 		case fi.Mode()&fs.ModeSymlink != 0:

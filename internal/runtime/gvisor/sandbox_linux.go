@@ -207,6 +207,15 @@ func initProgram(root string) (string, error) {
 	if fi, err := os.Stat(p); err == nil && fi.Size() == int64(len(bin)) {
 		return p, nil
 	}
+	// Other builds' programs: sandboxes that use one keep it through
+	// their mount; nothing else needs it.
+	if old, _ := filepath.Glob(filepath.Join(root, "init-*")); len(old) > 0 {
+		for _, o := range old {
+			if !strings.Contains(o, ".tmp-") {
+				os.Remove(o)
+			}
+		}
+	}
 	tmp := p + ".tmp-" + native.NewID()
 	if err := os.WriteFile(tmp, bin, 0o555); err != nil {
 		os.Remove(tmp)
@@ -331,6 +340,43 @@ func (sb *sandbox) run(ctx context.Context, args ...string) error {
 		return fmt.Errorf("runsc %s: %v: %s", args[0], err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// running asks runsc whether the sandbox still runs.
+func (sb *sandbox) running() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := sb.runscCmd(ctx, "state", sb.id).Output()
+	if err != nil {
+		return false
+	}
+	var st struct {
+		Status string `json:"status"`
+		Pid    int    `json:"pid"`
+	}
+	if json.Unmarshal(out, &st) != nil || st.Status != "running" {
+		return false
+	}
+	// runsc says running until it notices its sandbox process is gone;
+	// a dead (or zombie) process is not running.
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", st.Pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i > 0 && len(b) > i+2 && b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
+// lost reports a sandbox that stopped running, waiting up to a second for
+// runsc and the host to notice.
+func (sb *sandbox) lost() bool {
+	for i := 0; i < 10; i++ {
+		if !sb.running() {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
 }
 
 // Kill implements runtime.Sandbox.
@@ -471,6 +517,12 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 		p.closePipes()
 		copies.Wait()
 		p.status = statusOf(cmd.ProcessState, err)
+		if p.status.Code == 128 && sb.lost() {
+			// runsc lost the sandbox under the process (the whole
+			// sandbox was killed, e.g. by its memory limit): the
+			// process was killed with it.
+			p.status = runtime.ExitStatus{Signal: int(unix.SIGKILL)}
+		}
 		close(p.exit)
 	}()
 	line, _ := bufio.NewReader(io.LimitReader(sr, 4096)).ReadString('\n')
