@@ -45,6 +45,7 @@ full isolation.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			checks := hostChecks()
 			checks = append(checks, selfTest()...)
+			checks = append(checks, gvisorCheck())
 			full := true
 			for _, c := range checks {
 				if c.Required && !c.OK {

@@ -134,3 +134,33 @@ func entries(dir string) string {
 	}
 	return strings.Join(names, ",")
 }
+
+// TestDoctorGVisor: doctor reports runsc usable (a sandbox ran `true`) when
+// it is installed, and absent with the install command when it is not;
+// either way the native runtime's full isolation is unaffected.
+func TestDoctorGVisor(t *testing.T) {
+	needRoot(t)
+	runsc, err := gvisor.Find()
+	if err != nil {
+		t.Skip(err)
+	}
+	find := func(rep doctorReport) (bool, string, bool) {
+		for _, c := range rep.Checks {
+			if c.Name == "runtime gvisor (runsc)" {
+				return c.OK, c.Detail, true
+			}
+		}
+		return false, "", false
+	}
+	rep, r := doctorJSON(t, opts{env: []string{"AIRLOCK_RUNSC=" + runsc}})
+	if ok, detail, seen := find(rep); !seen || !ok || !strings.Contains(detail, "systrap") {
+		t.Errorf("doctor with runsc installed: gvisor check ok=%v seen=%v (%s)\n%s", ok, seen, detail, r)
+	}
+	rep, r = doctorJSON(t, opts{env: []string{"AIRLOCK_RUNSC=/nonexistent/runsc"}})
+	if ok, detail, _ := find(rep); ok || !strings.Contains(detail, "install-runsc") {
+		t.Errorf("doctor without runsc: gvisor check ok=%v (%s), want absent naming scripts/install-runsc", ok, detail)
+	}
+	if !rep.FullIsolation {
+		t.Errorf("a missing runsc must not cost the native runtime's full isolation\n%s", r)
+	}
+}
