@@ -3,10 +3,15 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/internal/runtime/gvisor"
 )
@@ -162,5 +167,77 @@ func TestDoctorGVisor(t *testing.T) {
 	}
 	if !rep.FullIsolation {
 		t.Errorf("a missing runsc must not cost the native runtime's full isolation\n%s", r)
+	}
+}
+
+// TestGVisorSupervisorDeath: `airlock run --runtime gvisor` killed with
+// SIGKILL takes its sandbox with it (the init's watch pipe closes, runsc
+// ends the sandbox: its host process goes away), and the next run sweeps
+// the state and cgroup left behind.
+func TestGVisorSupervisorDeath(t *testing.T) {
+	needRoot(t)
+	runsc, err := gvisor.Find()
+	if err != nil {
+		t.Skip(err)
+	}
+	state := "/run/airlock-gvisor"
+	before := entries(state)
+	ctx, cancel := runContext(t, opts{})
+	defer cancel()
+	cmd := command(ctx, opts{}, "run", "--runtime", "gvisor", "--", "sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// Wait for its sandbox to run; its host pid is runsc's to tell.
+	var id string
+	var pid int
+	deadline := time.Now().Add(30 * time.Second)
+	for pid == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		for _, e := range strings.Split(entries(state), ",") {
+			if e == "" || strings.Contains(before, e) {
+				continue
+			}
+			out, err := exec.Command(runsc, "--root", filepath.Join(state, "runsc"), "state", e).Output()
+			var st struct {
+				Status string `json:"status"`
+				Pid    int    `json:"pid"`
+			}
+			if err == nil && json.Unmarshal(out, &st) == nil && st.Status == "running" && st.Pid > 0 {
+				id, pid = e, st.Pid
+			}
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("no running gvisor sandbox appeared in %s", state)
+	}
+	// Control: the sandbox's host process is there while the supervisor lives.
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+		t.Fatalf("control: sandbox process %d: %v", pid, err)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	gone := false
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err != nil || strings.Contains(string(b), ") Z ") {
+			gone = true
+			break
+		}
+	}
+	if !gone {
+		t.Fatalf("sandbox process %d (sandbox %s) still runs after its supervisor was killed", pid, id)
+	}
+	mustOK(t, run(t, opts{}, []string{"--runtime", "gvisor"}, "true"), "next gvisor run")
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if !strings.Contains(entries(state), id) {
+			break
+		}
+	}
+	if strings.Contains(entries(state), id) {
+		t.Errorf("sandbox %s's state was not swept by the next run: %s", id, entries(state))
+	}
+	if m, _ := filepath.Glob("/sys/fs/cgroup/*/airlock/" + id); len(m) > 0 {
+		t.Errorf("sandbox %s's cgroups remain: %v", id, m)
 	}
 }
