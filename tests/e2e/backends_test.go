@@ -54,6 +54,20 @@ var conformance = []probe{
 	{name: "R3Memory", fn: TestR3Memory},
 	{name: "R7Nofile", fn: TestR7Nofile},
 	{name: "PolicyFile", fn: TestPolicyFile},
+	{name: "R1ForkBomb", fn: TestR1ForkBomb},
+	{name: "R2Threads", fn: TestR2Threads},
+	{name: "R4R5Disk", fn: TestR4R5Disk},
+	{name: "CPULimit", fn: TestCPULimit},
+	{name: "F3MaskedProc", fn: TestF3MaskedProc},
+	{name: "F4ProcSys", fn: TestF4ProcSys},
+	{name: "F9DevShm", fn: TestF9DevShm},
+	{name: "F10Devices", fn: TestF10Devices},
+	{name: "N9Lateral", fn: TestN9Lateral},
+	{name: "N6N11Sockets", fn: TestN6N11Sockets},
+	{name: "N10UnixSockets", fn: TestN10UnixSockets},
+	{name: "P1PrivilegeState", fn: TestP1PrivilegeState},
+	{name: "P16KillAll", fn: TestP16KillAll},
+	{name: "Unprotect", fn: TestUnprotect},
 }
 
 // backends are the runtimes other than native that can run here, with

@@ -114,6 +114,9 @@ func ExecMain() {
 	// runsc exec keeps its own copy of the pipe open until the command
 	// ends, so EOF cannot mean "started": say it. A failing execve after
 	// this still ends with 126/127 as the command's status.
+	// A session (and process group) of its own, as in the native
+	// runtime: signals go to the group, as a terminal would send them.
+	unix.Setsid()
 	unix.Write(statusFD, []byte("ok\n"))
 	unix.CloseOnExec(statusFD)
 	err = unix.Exec(path, argv, env)

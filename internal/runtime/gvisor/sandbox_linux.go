@@ -192,6 +192,14 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, fmt.Errorf("gvisor: runsc run: %v: %s", err, sb.log())
 	}
 	sb.info.Steps["runsc.run"] = time.Since(t0)
+	if b.cgroupsPath != "" {
+		// The host directories runsc made (v1: one per controller).
+		sb.info.CgroupPaths = nil
+		for _, pat := range []string{"/sys/fs/cgroup" + b.cgroupsPath, "/sys/fs/cgroup/*" + b.cgroupsPath} {
+			m, _ := filepath.Glob(pat)
+			sb.info.CgroupPaths = append(sb.info.CgroupPaths, m...)
+		}
+	}
 	return sb, nil
 }
 
@@ -628,6 +636,11 @@ func (p *process) Signal(sig os.Signal) error {
 	}
 	if pid == 0 {
 		return errors.New("signal: the process's pid inside the sandbox is not known yet")
+	}
+	// To the process group it leads (it called setsid), like the native
+	// runtime; to the process alone if that fails.
+	if err := p.sb.run(context.Background(), "kill", "--pgid", strconv.Itoa(pid), p.sb.id, strconv.Itoa(int(s))); err == nil {
+		return nil
 	}
 	return p.sb.run(context.Background(), "kill", "--pid", strconv.Itoa(pid), p.sb.id, strconv.Itoa(int(s)))
 }
