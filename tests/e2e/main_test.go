@@ -198,6 +198,10 @@ func runTimeoutOf(o opts) time.Duration {
 	if o.timeout != 0 {
 		return o.timeout
 	}
+	if backend != "" {
+		// File-heavy probes (grep -r /) go through gVisor's Gofer.
+		return 3 * runTimeout
+	}
 	return runTimeout
 }
 
