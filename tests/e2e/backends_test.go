@@ -86,6 +86,11 @@ var conformance = []probe{
 		"gvisor": "kill -9 1 inside ends the gVisor sandbox (the Sentry delivers SIGKILL to the container's init); only that sandbox ends, other sandboxes and host processes survive",
 	}},
 	{name: "Unprotect", fn: TestUnprotect},
+	{name: "TTY", fn: TestTTY, cannot: map[string]string{
+		"gvisor": "tty(1) names the terminal host:[N], not /dev/pts/N: the terminal is a pty runsc passes in from the host; isatty, the size, job control, resize and ^C work (TTYResizeAndInterrupt)",
+	}},
+	{name: "TTYResizeAndInterrupt", fn: TestTTYResizeAndInterrupt},
+	{name: "TIOCSTI", fn: TestTIOCSTI},
 }
 
 // backends are the runtimes other than native that can run here, with

@@ -69,10 +69,13 @@ func InitMain() {
 // executable) instead and exits with CODE.
 func ExecMain() {
 	args := os.Args[2:]
-	withSeccomp := false
+	withSeccomp, tty := false, false
 	for len(args) > 0 && args[0] != "--" {
-		if args[0] == "--seccomp" {
+		switch args[0] {
+		case "--seccomp":
 			withSeccomp = true
+		case "--tty":
+			tty = true
 		}
 		args = args[1:]
 	}
@@ -116,7 +119,11 @@ func ExecMain() {
 	// this still ends with 126/127 as the command's status.
 	// A session (and process group) of its own, as in the native
 	// runtime: signals go to the group, as a terminal would send them.
-	unix.Setsid()
+	// With a terminal, runsc already made it the session's controlling
+	// terminal; a new session would lose it.
+	if !tty {
+		unix.Setsid()
+	}
 	unix.Write(statusFD, []byte("ok\n"))
 	unix.CloseOnExec(statusFD)
 	err = unix.Exec(path, argv, env)

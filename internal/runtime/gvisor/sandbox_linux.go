@@ -434,12 +434,10 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 // Exec implements runtime.Sandbox: `runsc exec` of airlock's init in
 // ExecMain mode, with the command's stdio as given and a status pipe as
 // fd 3 that tells whether the command started.
-func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.Process, error) {
+func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (_ runtime.Process, retErr error) {
+	var ptyMaster *os.File
 	if len(req.Argv) == 0 {
 		return nil, errors.New("exec: empty command")
-	}
-	if req.TTY {
-		return nil, fmt.Errorf("a terminal (TTY): %w", ErrUnsupported)
 	}
 	if req.Capture {
 		return nil, fmt.Errorf("captured output (background processes of the service): %w", ErrUnsupported)
@@ -447,6 +445,9 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 	args := []string{guestInit, ExecArg}
 	if sb.seccomp {
 		args = append(args, "--seccomp")
+	}
+	if req.TTY {
+		args = append(args, "--tty")
 	}
 	args = append(append(args, "--"), req.Argv...)
 	env := append([]string(nil), req.Env...)
@@ -458,6 +459,25 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 		dir = "/workspace"
 	}
 	proc := sandboxProcess(args, env, dir, sb.rlimits)
+	var ptySlave *os.File
+	if req.TTY {
+		// runsc exec hands its own stdio to the process as its terminal
+		// when the process asks for one: a new pty from the host's
+		// devpts, whose master stays here.
+		proc.Terminal = true
+		master, slave, err := openPTY(req.Rows, req.Cols)
+		if err != nil {
+			return nil, fmt.Errorf("terminal: %w", err)
+		}
+		ptySlave = slave
+		defer slave.Close()
+		defer func() {
+			if retPTY := master; retPTY != nil && (retErr != nil) {
+				retPTY.Close()
+			}
+		}()
+		ptyMaster = master
+	}
 	f, err := os.CreateTemp(sb.dir, "process-*.json")
 	if err != nil {
 		return nil, err
@@ -478,6 +498,11 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 	defer sr.Close()
 	p := &process{sb: sb, pidFile: pidFile, exit: make(chan struct{})}
 	cmd := sb.runscCmd(context.Background(), "exec", "--process", procFile, "--internal-pid-file", pidFile, "--pass-fd", "3:3", sb.id)
+	if ptySlave != nil {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = ptySlave, ptySlave, ptySlave
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		p.pty = ptyMaster
+	}
 	cmd.ExtraFiles = []*os.File{sw}
 	var errBuf bytes.Buffer
 	var copies sync.WaitGroup
@@ -488,6 +513,9 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 		out *io.Writer
 	}{{req.Stdin, true, &cmd.Stdin, nil}, {req.Stdout, false, nil, &cmd.Stdout}, {req.Stderr, false, nil, &cmd.Stderr}}
 	for i, s := range stdio {
+		if ptySlave != nil {
+			break // the terminal is the process's stdio
+		}
 		switch {
 		case s.f == nil && s.in:
 			*s.dst = nil
@@ -520,6 +548,9 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 	}
 	sw.Close()
 	p.cmd = cmd
+	if ptySlave != nil {
+		ptySlave.Close()
+	}
 	go func() {
 		err := cmd.Wait()
 		p.closePipes()
@@ -591,6 +622,7 @@ type process struct {
 	cmd        *exec.Cmd
 	pidFile    string
 	closeAfter []*os.File
+	pty        *os.File
 	closeOnce  sync.Once
 	status     runtime.ExitStatus
 	exit       chan struct{}
@@ -614,7 +646,7 @@ func (p *process) Pid() int {
 	return n
 }
 
-func (p *process) PTY() *os.File { return nil }
+func (p *process) PTY() *os.File { return p.pty }
 
 // Signal sends sig to the process through runsc (runsc exec forwards
 // signals only for terminals).
