@@ -20,7 +20,7 @@ func runRuntime(name string) (runtime.Runtime, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &gvisor.Runtime{Runsc: runsc}, nil
+		return &gvisor.Runtime{Runsc: runsc, OneShot: true}, nil
 	}
 	return nil, fmt.Errorf("unknown runtime %q: want %s or %s", name, policy.RuntimeNative, policy.RuntimeGVisor)
 }

@@ -91,6 +91,7 @@ var conformance = []probe{
 	}},
 	{name: "TTYResizeAndInterrupt", fn: TestTTYResizeAndInterrupt},
 	{name: "TIOCSTI", fn: TestTIOCSTI},
+	{name: "LargeArgv", fn: TestLargeArgv},
 }
 
 // backends are the runtimes other than native that can run here, with

@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -29,6 +30,7 @@ const (
 	guestInit    = guestDir + "/init"
 	guestSeccomp = guestDir + "/seccomp.json"
 	statusFD     = 3
+	argvEnv      = "AIRLOCK_GVISOR_ARGV"
 )
 
 // InitMain is the container's PID 1: it reaps orphans. With "watch" (airlock
@@ -69,23 +71,32 @@ func InitMain() {
 // executable) instead and exits with CODE.
 func ExecMain() {
 	args := os.Args[2:]
-	withSeccomp, tty := false, false
+	withSeccomp, tty, asInit := false, false, false
 	for len(args) > 0 && args[0] != "--" {
 		switch args[0] {
 		case "--seccomp":
 			withSeccomp = true
 		case "--tty":
 			tty = true
+		case "--init":
+			asInit = true
 		}
 		args = args[1:]
 	}
-	if len(args) < 2 {
+	argv := args[min(1, len(args)):]
+	if asInit {
+		// As PID 1 the command comes in argvEnv, not on the command
+		// line, which every process in the sandbox can read.
+		if err := json.Unmarshal([]byte(os.Getenv(argvEnv)), &argv); err != nil {
+			fail(126, "command: "+err.Error())
+		}
+	}
+	if len(argv) == 0 {
 		fail(126, "no command")
 	}
-	argv := args[1:]
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, initbin.BuildEnv+"=") {
+		if !strings.HasPrefix(kv, initbin.BuildEnv+"=") && !strings.HasPrefix(kv, argvEnv+"=") {
 			env = append(env, kv)
 		}
 	}
@@ -117,6 +128,9 @@ func ExecMain() {
 	// runsc exec keeps its own copy of the pipe open until the command
 	// ends, so EOF cannot mean "started": say it. A failing execve after
 	// this still ends with 126/127 as the command's status.
+	if asInit {
+		runAsInit(path, argv, env, tty)
+	}
 	// A session (and process group) of its own, as in the native
 	// runtime: signals go to the group, as a terminal would send them.
 	// With a terminal, runsc already made it the session's controlling
@@ -188,4 +202,50 @@ func lookPath(file string, env []string) (string, error) {
 		return "", denied
 	}
 	return "", fmt.Errorf("exec %s: executable file not found in $PATH", file)
+}
+
+// runAsInit is ExecMain as the container's PID 1 (one-shot sandboxes): it
+// starts the command as its child (own session, or the terminal's
+// foreground process group), forwards signals to the command's group, reaps
+// every orphan, and exits with the command's status (128+N for signal N).
+// Like the native init it is not dumpable, so the command cannot look into
+// it.
+func runAsInit(path string, argv, env []string, tty bool) {
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	sigc := make(chan os.Signal, 32)
+	signal.Notify(sigc)
+	unix.CloseOnExec(statusFD)
+	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}, Sys: &syscall.SysProcAttr{Setsid: true}}
+	if tty {
+		attr.Sys = &syscall.SysProcAttr{Setpgid: true, Foreground: true, Ctty: 0}
+	}
+	pid, err := syscall.ForkExec(path, argv, attr)
+	if err != nil {
+		code := 126
+		if errors.Is(err, unix.ENOENT) {
+			code = 127
+		}
+		fail(code, fmt.Sprintf("exec %s: %v", argv[0], err))
+	}
+	unix.Write(statusFD, []byte("ok\n"))
+	unix.Close(statusFD)
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if err == nil && got == pid {
+			if ws.Signaled() {
+				os.Exit(128 + int(ws.Signal()))
+			}
+			os.Exit(ws.ExitStatus())
+		}
+		if err == nil && got > 0 {
+			continue // an orphan
+		}
+		sig := <-sigc
+		if s, ok := sig.(syscall.Signal); ok && s != unix.SIGCHLD {
+			if unix.Kill(-pid, s) != nil {
+				unix.Kill(pid, s)
+			}
+		}
+	}
 }

@@ -38,7 +38,7 @@ const InstallCommand = "scripts/install-runsc (or: CGO_ENABLED=0 GOBIN=" + "/var
 // Arguments of the init program inside a gVisor sandbox.
 const (
 	InitArg = "__sandbox-init-gvisor"
-	ExecArg = "__gvisor-exec"
+	ExecArg = "__sandbox-init-gvisor-exec"
 )
 
 // ErrUnsupported wraps errors for policy features the gvisor backend

@@ -35,6 +35,11 @@ type Runtime struct {
 	// Detached sandboxes outlive this process. Otherwise the container's
 	// init ends (and runsc with it) when this process does.
 	Detached bool
+	// OneShot sandboxes run exactly one command, as the container's own
+	// process: Create only writes the bundle, and the first Exec is one
+	// `runsc run` (attached: runsc's sandbox dies with it, and it with this
+	// process) instead of `run --detach` + `exec`. For `airlock run`.
+	OneShot bool
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -167,6 +172,14 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		sb.info.CgroupPaths = []string{b.cgroupsPath}
 	}
 
+	if r.OneShot {
+		sb.oneShot, sb.spec = true, b.spec
+		if b.cgroupsPath != "" {
+			sb.info.CgroupPaths = cgroupDirs(b.cgroupsPath)
+		}
+		return sb, nil
+	}
+
 	// The container's init: stdin is the watch pipe (airlock run) or
 	// /dev/null; its stdout and stderr, and runsc's messages, go to a file
 	// that is read when runsc fails.
@@ -193,14 +206,28 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	}
 	sb.info.Steps["runsc.run"] = time.Since(t0)
 	if b.cgroupsPath != "" {
-		// The host directories runsc made (v1: one per controller).
-		sb.info.CgroupPaths = nil
-		for _, pat := range []string{"/sys/fs/cgroup" + b.cgroupsPath, "/sys/fs/cgroup/*" + b.cgroupsPath} {
-			m, _ := filepath.Glob(pat)
-			sb.info.CgroupPaths = append(sb.info.CgroupPaths, m...)
-		}
+		sb.info.CgroupPaths = cgroupDirs(b.cgroupsPath)
 	}
 	return sb, nil
+}
+
+// cgroupDirs are the host directories of the cgroup runsc makes (or made)
+// at path: one on cgroup v2, one per mounted controller hierarchy on v1.
+func cgroupDirs(path string) []string {
+	var st unix.Statfs_t
+	if unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+		return []string{filepath.Join("/sys/fs/cgroup", path)}
+	}
+	var dirs []string
+	hs, _ := filepath.Glob("/sys/fs/cgroup/*/cgroup.procs")
+	for _, h := range hs {
+		d := filepath.Dir(h)
+		if fi, err := os.Lstat(d); err != nil || !fi.IsDir() || filepath.Base(d) == "unified" {
+			continue
+		}
+		dirs = append(dirs, filepath.Join(d, path))
+	}
+	return dirs
 }
 
 // initProgram returns a host file holding airlock's init program, to be
@@ -309,6 +336,9 @@ type sandbox struct {
 	global         []string
 	info           runtime.Info
 	seccomp        bool
+	oneShot        bool        // Runtime.OneShot
+	spec           *specs.Spec // the bundle's spec (one-shot: its process is the command)
+	ran            bool        // one-shot: the command was started
 	rlimits        []specs.POSIXRlimit
 	placeholders   []string
 	watch          *os.File // write end of the init's stdin (non-detached)
@@ -407,6 +437,13 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 		if sb.watch != nil {
 			sb.watch.Close()
 		}
+		if sb.created && sb.oneShot {
+			// An attached `runsc run` that ended deleted its container
+			// itself; one killed under us left its state to delete.
+			if m, _ := filepath.Glob(filepath.Join(sb.rt.stateRoot(), "runsc", "*"+sb.id+"*")); len(m) == 0 {
+				sb.created = false
+			}
+		}
 		if sb.created {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 			defer cancel()
@@ -449,8 +486,14 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (_ runtim
 	if req.TTY {
 		args = append(args, "--tty")
 	}
-	args = append(append(args, "--"), req.Argv...)
 	env := append([]string(nil), req.Env...)
+	if sb.oneShot {
+		raw, _ := json.Marshal(req.Argv)
+		args = append(args, "--init", "--")
+		env = append(env, argvEnv+"="+string(raw))
+	} else {
+		args = append(append(args, "--"), req.Argv...)
+	}
 	if initbin.BuildID != "" {
 		env = append(env, initbin.BuildEnv+"="+initbin.BuildID)
 	}
@@ -497,10 +540,35 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (_ runtim
 	}
 	defer sr.Close()
 	p := &process{sb: sb, pidFile: pidFile, exit: make(chan struct{})}
-	cmd := sb.runscCmd(context.Background(), "exec", "--process", procFile, "--internal-pid-file", pidFile, "--pass-fd", "3:3", sb.id)
+	var cmd *exec.Cmd
+	if sb.oneShot {
+		if sb.ran {
+			return nil, fmt.Errorf("sandbox %s runs one command (one-shot) and has run it", sb.id)
+		}
+		sb.ran = true
+		spec := *sb.spec
+		spec.Process = proc
+		raw, err := json.MarshalIndent(&spec, "", " ")
+		if err == nil {
+			err = os.WriteFile(filepath.Join(sb.dir, "config.json"), raw, 0o600)
+		}
+		if err != nil {
+			sw.Close()
+			return nil, err
+		}
+		// The command is the container's PID 1; attached, so that runsc's
+		// sandbox and gofer die with this runsc, and it with us.
+		cmd = sb.runscCmd(context.Background(), "run", "--bundle", sb.dir, "--pass-fd", "3:3", sb.id)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: unix.SIGKILL}
+		p.fixedPid = 1
+		sb.created = true
+	} else {
+		cmd = sb.runscCmd(context.Background(), "exec", "--process", procFile, "--internal-pid-file", pidFile, "--pass-fd", "3:3", sb.id)
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
 	if ptySlave != nil {
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = ptySlave, ptySlave, ptySlave
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
 		p.pty = ptyMaster
 	}
 	cmd.ExtraFiles = []*os.File{sw}
@@ -623,6 +691,7 @@ type process struct {
 	pidFile    string
 	closeAfter []*os.File
 	pty        *os.File
+	fixedPid   int // one-shot: the command is PID 1
 	closeOnce  sync.Once
 	status     runtime.ExitStatus
 	exit       chan struct{}
@@ -638,6 +707,9 @@ func (p *process) closePipes() {
 
 // Pid is the process's pid inside the sandbox, 0 while unknown.
 func (p *process) Pid() int {
+	if p.fixedPid != 0 {
+		return p.fixedPid
+	}
 	b, err := os.ReadFile(p.pidFile)
 	if err != nil {
 		return 0
