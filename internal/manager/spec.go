@@ -88,6 +88,9 @@ func (c *Config) resolve(req *api.CreateSandboxRequest) (*policy.Policy, specRec
 	if img != "" {
 		p.Image = img
 	}
+	if req.Runtime != "" {
+		p.Runtime = req.Runtime
+	}
 	if err := applyResources(&p, req.Resources); err != nil {
 		return nil, rec, err
 	}
