@@ -247,6 +247,9 @@ func (c *Config) manager() (manager.Config, int64, error) {
 		if len(p.Environment.Pass) > 0 {
 			return mc, 0, fmt.Errorf("config: policies.%s: environment.pass would copy the daemon's environment into sandboxes; use environment.set", name)
 		}
+		if p.Runtime != "" && p.Runtime != policy.RuntimeNative {
+			return mc, 0, fmt.Errorf("config: policies.%s: runtime %s is not available in airlock serve yet; use runtime: native (airlock run --runtime %s has it)", name, p.Runtime, p.Runtime)
+		}
 		mc.Policies[name] = p
 	}
 	mc.EgressHosts = map[string][]netip.Addr{}
