@@ -92,6 +92,14 @@ var conformance = []probe{
 	{name: "TTYResizeAndInterrupt", fn: TestTTYResizeAndInterrupt},
 	{name: "TIOCSTI", fn: TestTIOCSTI},
 	{name: "LargeArgv", fn: TestLargeArgv},
+	{name: "EgressAllowDeny", fn: TestEgressAllowDeny},
+	{name: "EgressPrivateAddresses", fn: TestEgressPrivateAddresses},
+	{name: "EgressNoneAndNoDNS", fn: TestEgressNoneAndNoDNS},
+	{name: "EgressAudit", fn: TestEgressAudit},
+	{name: "EgressCredentials", fn: TestEgressCredentials},
+	{name: "EgressProbes", fn: TestEgressProbes},
+	{name: "EgressCaps", fn: TestEgressCaps},
+	{name: "EgressClients", fn: TestEgressClients},
 }
 
 // backends are the runtimes other than native that can run here, with
@@ -132,7 +140,7 @@ func TestBackends(t *testing.T) {
 }
 
 // TestGVisorBadInput: a missing runsc, a policy the backend cannot honour
-// and an unknown runtime are refused with one line and exit 125, and leave
+// (cgroups without root) and an unknown runtime are refused with one line and exit 125, and leave
 // no runsc state behind; the same run with runsc installed succeeds.
 func TestGVisorBadInput(t *testing.T) {
 	needRoot(t)
@@ -146,9 +154,9 @@ func TestGVisorBadInput(t *testing.T) {
 	if r.code != 125 || !strings.Contains(r.stderr, "install-runsc") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 		t.Errorf("missing runsc: want exit 125 and one line naming scripts/install-runsc\n%s", r)
 	}
-	r = run(t, opts{env: []string{"AIRLOCK_RUNSC=" + runsc}}, []string{"--runtime", "gvisor", "--net-allow", "example.com"}, "true")
-	if r.code != 125 || !strings.Contains(r.stderr, "network egress") || !strings.Contains(r.stderr, "gvisor") {
-		t.Errorf("network policy on gvisor: want exit 125 naming the feature and the backend\n%s", r)
+	r = run(t, opts{env: []string{"AIRLOCK_RUNSC=" + runsc}, nobody: true, noFlag: true}, []string{"--runtime", "gvisor"}, "true")
+	if r.code != 125 || !strings.Contains(r.stderr, "cgroups without root") || !strings.Contains(r.stderr, "gvisor") {
+		t.Errorf("gvisor as nobody with cgroups: want exit 125 naming the feature and the backend\n%s", r)
 	}
 	r = run(t, opts{}, []string{"--runtime", "firecracker"}, "true")
 	if r.code != 125 || !strings.Contains(r.stderr, `unknown runtime "firecracker"`) {

@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -29,6 +31,7 @@ const (
 	guestDir     = "/.airlock"
 	guestInit    = guestDir + "/init"
 	guestSeccomp = guestDir + "/seccomp.json"
+	guestEgress  = guestDir + "/egress"
 	statusFD     = 3
 	argvEnv      = "AIRLOCK_GVISOR_ARGV"
 )
@@ -40,6 +43,16 @@ const (
 func InitMain() {
 	// Like the native init: commands (same uid) cannot look into it.
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	var fwd []string
+	for _, a := range os.Args[2:] {
+		if v, ok := strings.CutPrefix(a, "--forward="); ok {
+			fwd = append(fwd, v)
+		}
+	}
+	if err := startForwarders(fwd); err != nil {
+		fmt.Fprintln(os.Stderr, "airlock init:", err)
+		os.Exit(1)
+	}
 	if len(os.Args) > 2 && os.Args[2] == "watch" {
 		go func() {
 			buf := make([]byte, 64)
@@ -72,7 +85,11 @@ func InitMain() {
 func ExecMain() {
 	args := os.Args[2:]
 	withSeccomp, tty, asInit := false, false, false
+	var fwd []string
 	for len(args) > 0 && args[0] != "--" {
+		if v, ok := strings.CutPrefix(args[0], "--forward="); ok {
+			fwd = append(fwd, v)
+		}
 		switch args[0] {
 		case "--seccomp":
 			withSeccomp = true
@@ -129,6 +146,9 @@ func ExecMain() {
 	// ends, so EOF cannot mean "started": say it. A failing execve after
 	// this still ends with 126/127 as the command's status.
 	if asInit {
+		if err := startForwarders(fwd); err != nil {
+			fail(126, err.Error())
+		}
 		runAsInit(path, argv, env, tty)
 	}
 	// A session (and process group) of its own, as in the native
@@ -248,4 +268,53 @@ func runAsInit(path string, argv, env []string, tty bool) {
 			}
 		}
 	}
+}
+
+// startForwarders listens on each ADDR of "ADDR=SOCKET" inside the sandbox
+// (the egress proxies' addresses on loopback) and relays every connection
+// to SOCKET, a unix socket of the supervisor's bound into the sandbox,
+// behind which the egress gateway enforces the policy. The forwarder is as
+// untrusted as everything here: all it can reach is the gateway.
+func startForwarders(specs []string) error {
+	for _, sp := range specs {
+		addr, sock, ok := strings.Cut(sp, "=")
+		if !ok {
+			return fmt.Errorf("forward %q: want ADDR=SOCKET", sp)
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen on %s inside the sandbox: %w", addr, err)
+		}
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go relay(c, sock)
+			}
+		}()
+	}
+	return nil
+}
+
+func relay(c net.Conn, sock string) {
+	defer c.Close()
+	u, err := net.Dial("unix", sock)
+	if err != nil {
+		return
+	}
+	defer u.Close()
+	done := make(chan struct{}, 2)
+	half := func(dst, src net.Conn) {
+		io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+		done <- struct{}{}
+	}
+	go half(u, c)
+	go half(c, u)
+	<-done
+	<-done
 }

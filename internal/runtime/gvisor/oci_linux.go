@@ -30,9 +30,6 @@ const (
 // unsupported refuses a spec that asks for what this backend cannot
 // enforce, naming the feature.
 func unsupported(spec *runtime.Spec) error {
-	if len(spec.Listen) > 0 {
-		return fmt.Errorf("network egress (network.mode allowlist/open, --net*): %w; use --runtime native for network access", ErrUnsupported)
-	}
 	if !spec.Insecure.NoSeccomp && len(spec.Seccomp) == 0 {
 		return errors.New("seccomp: no filter in the spec (fix: compile the default profile, or pass --insecure-no-seccomp)")
 	}
@@ -60,7 +57,7 @@ func orDefault(v, d int64) int64 {
 // empty directory for the host-root case (mount points are made in it);
 // workspace is the host workspace or "" for a tmpfs one; initPath is the
 // host file of airlock's init program.
-func ociSpec(id string, spec *runtime.Spec, rootfs, workspace, etc, initPath, seccompPath string, watch bool) (*bundle, error) {
+func ociSpec(id string, spec *runtime.Spec, rootfs, workspace, etc, initPath, seccompPath, egressDir string, watch bool) (*bundle, error) {
 	b := &bundle{}
 	mode := "detached"
 	if watch {
@@ -75,7 +72,7 @@ func ociSpec(id string, spec *runtime.Spec, rootfs, workspace, etc, initPath, se
 		Hostname: "sandbox",
 		Root:     &specs.Root{Path: rootfs},
 		Process: &specs.Process{
-			Args:            []string{guestInit, InitArg, mode},
+			Args:            append([]string{guestInit, InitArg, mode}, forwardArgs(spec)...),
 			Env:             env,
 			Cwd:             "/",
 			NoNewPrivileges: true,
@@ -195,6 +192,9 @@ func ociSpec(id string, spec *runtime.Spec, rootfs, workspace, etc, initPath, se
 	if seccompPath != "" {
 		m = append(m, bind(seccompPath, guestSeccomp, false))
 	}
+	if egressDir != "" {
+		m = append(m, bind(egressDir, guestEgress, false))
+	}
 	s.Mounts = m
 
 	if !spec.Insecure.NoCgroups {
@@ -284,4 +284,14 @@ func protect(ws string, paths []string) (placeholders []string, mounts []specs.M
 		mounts = append(mounts, specs.Mount{Destination: "/workspace" + clean, Type: "bind", Source: host, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	}
 	return placeholders, mounts, nil
+}
+
+// forwardArgs tells the init to listen on each Spec.Listen address inside
+// and relay to the matching socket in guestEgress.
+func forwardArgs(spec *runtime.Spec) []string {
+	var a []string
+	for i, addr := range spec.Listen {
+		a = append(a, fmt.Sprintf("--forward=%s=%s/%d.sock", addr, guestEgress, i))
+	}
+	return a
 }

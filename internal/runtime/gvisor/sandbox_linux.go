@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,6 +111,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	sb := &sandbox{id: id, dir: dir, runsc: runsc, rt: r, done: make(chan struct{}),
 		global: r.runscArgs(orDefault(spec.Limits.Disk, defaultDisk), spec.Insecure.NoCgroups)}
 	sb.rlimits = rlimits(spec)
+	sb.listen = spec.Listen
 	sb.info = runtime.Info{ID: id, Runtime: Name, Rootless: os.Geteuid() != 0, Steps: map[string]time.Duration{}}
 	defer func() {
 		if retErr != nil {
@@ -154,7 +156,26 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
 		return nil, err
 	}
-	b, err := ociSpec(id, spec, rootfs, ws, etc, initPath, seccompPath, !r.Detached)
+	// Egress: the supervisor's end of each Spec.Listen address is a unix
+	// socket here, bound read-only into the sandbox, where the init
+	// relays the loopback address to it (runsc --host-uds=open lets the
+	// sandbox connect to host sockets it can see, i.e. its binds).
+	egressDir := ""
+	if len(spec.Listen) > 0 {
+		egressDir = filepath.Join(dir, "egress")
+		if err := os.Mkdir(egressDir, 0o755); err != nil {
+			return nil, err
+		}
+		for i := range spec.Listen {
+			l, err := net.Listen("unix", filepath.Join(egressDir, fmt.Sprintf("%d.sock", i)))
+			if err != nil {
+				return nil, fmt.Errorf("egress socket: %w", err)
+			}
+			sb.listeners = append(sb.listeners, l)
+		}
+		sb.global = append(sb.global, "--host-uds=open")
+	}
+	b, err := ociSpec(id, spec, rootfs, ws, etc, initPath, seccompPath, egressDir, !r.Detached)
 	if b != nil {
 		sb.placeholders = b.placeholder
 	}
@@ -336,9 +357,11 @@ type sandbox struct {
 	global         []string
 	info           runtime.Info
 	seccomp        bool
-	oneShot        bool        // Runtime.OneShot
-	spec           *specs.Spec // the bundle's spec (one-shot: its process is the command)
-	ran            bool        // one-shot: the command was started
+	listen         []string       // Spec.Listen
+	listeners      []net.Listener // their host ends, for the egress gateway
+	oneShot        bool           // Runtime.OneShot
+	spec           *specs.Spec    // the bundle's spec (one-shot: its process is the command)
+	ran            bool           // one-shot: the command was started
 	rlimits        []specs.POSIXRlimit
 	placeholders   []string
 	watch          *os.File // write end of the init's stdin (non-detached)
@@ -349,10 +372,14 @@ type sandbox struct {
 }
 
 var (
-	_ runtime.Sandbox = (*sandbox)(nil)
-	_ runtime.Pauser  = (*sandbox)(nil)
-	_ runtime.Watcher = (*sandbox)(nil)
+	_ runtime.Sandbox   = (*sandbox)(nil)
+	_ runtime.Pauser    = (*sandbox)(nil)
+	_ runtime.Watcher   = (*sandbox)(nil)
+	_ runtime.Listeners = (*sandbox)(nil)
 )
+
+// Listeners implements runtime.Listeners: the host ends of Spec.Listen.
+func (sb *sandbox) Listeners() []net.Listener { return sb.listeners }
 
 func (sb *sandbox) ID() string            { return sb.id }
 func (sb *sandbox) Info() runtime.Info    { return sb.info }
@@ -434,6 +461,9 @@ func (sb *sandbox) Resume(ctx context.Context) error { return sb.run(ctx, "resum
 func (sb *sandbox) Destroy(ctx context.Context) error {
 	sb.destroy.Do(func() {
 		defer close(sb.done)
+		for _, l := range sb.listeners {
+			l.Close()
+		}
 		if sb.watch != nil {
 			sb.watch.Close()
 		}
@@ -489,6 +519,7 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (_ runtim
 	env := append([]string(nil), req.Env...)
 	if sb.oneShot {
 		raw, _ := json.Marshal(req.Argv)
+		args = append(args, forwardArgs(&runtime.Spec{Listen: sb.listen})...)
 		args = append(args, "--init", "--")
 		env = append(env, argvEnv+"="+string(raw))
 	} else {
