@@ -13,6 +13,7 @@ import (
 type Runtime struct {
 	Runsc, StateRoot string
 	Detached         bool
+	OneShot          bool
 }
 
 // Name implements runtime.Runtime.
