@@ -2,7 +2,7 @@
 export CGO_ENABLED := 0
 GO ?= go
 
-.PHONY: build test unit e2e bench bench-serve bench-egress serve fmt vet lint clean
+.PHONY: build install-runsc test unit e2e bench bench-serve bench-egress serve fmt vet lint clean
 
 # airlock embeds the sandbox init (cmd/airlock-init, internal/initbin): a
 # small program that links only the sandbox code, started as every sandbox's
@@ -15,6 +15,11 @@ LDFLAGS := -X github.com/airlock-dev/airlock/internal/initbin.BuildID=$(BUILD_ID
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o internal/initbin/airlock-init ./cmd/airlock-init
 	$(GO) build -trimpath -tags airlock_init -ldflags '$(LDFLAGS)' -o bin/airlock ./cmd/airlock
+
+# gVisor's runsc at the pinned version, for `--runtime gvisor` and for the
+# conformance table that `make test` runs on every installed backend.
+install-runsc:
+	scripts/install-runsc
 
 # The test command README.md and .ci/run use: vet, unit tests, then the
 # end-to-end probes against the real binary (as root they also re-run as the

@@ -77,6 +77,11 @@ type CreateSandboxRequest struct {
 	// Image names an image from the daemon's configuration; "" is the
 	// host's system directories, read-only.
 	Image string `json:"image,omitempty"`
+	// Runtime is the isolation backend, overriding the policy's: "" or
+	// "native". The daemon offers no other backend yet ("gvisor" is
+	// refused with a 400 naming it; `airlock run --runtime gvisor` has
+	// it).
+	Runtime string `json:"runtime,omitempty"`
 	// PolicyName names a policy from the daemon's configuration. Policy is
 	// an inline policy document (YAML, the `airlock run` format); it may
 	// not name host paths (workspace, image, binds, read_only, writable),

@@ -86,6 +86,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/airlock-dev/airlock/internal/runtime/gvisor"
 )
 
 const (
@@ -166,6 +168,7 @@ type report struct {
 	Rows         []rowResult  `json:"rows"`
 	Ratio        *float64     `json:"airlock_over_bwrap_median"`
 	CPURatio     *float64     `json:"airlock_over_bwrap_cpu_median"`
+	GVisorRatio  *float64     `json:"airlock_gvisor_over_runsc_do_median,omitempty"`
 	Target       float64      `json:"target"`
 	Steps        []stepResult `json:"steps"`
 	Skipped      []skipped    `json:"skipped,omitempty"`
@@ -244,6 +247,23 @@ func run(n int, airlockPath, bwrapPath string, asJSON bool) int {
 			argv: []string{al, "run", "--insecure-no-landlock", "--insecure-no-seccomp", "--", "/bin/true"}},
 	)
 
+	// The gVisor tier, when its runsc is installed: airlock on gvisor
+	// against runsc's own one-shot command (target: at most 1.0x).
+	if runsc, err := gvisor.Find(); err != nil {
+		logf("skipping the gvisor rows: %v", err)
+		rep.Skipped = append(rep.Skipped, skipped{"gvisor rows", err.Error()})
+	} else {
+		doRoot, err := os.MkdirTemp("", "airlock-bench-runsc-")
+		if err == nil {
+			defer os.RemoveAll(doRoot)
+			configs = append(configs,
+				&config{key: "runsc-do", name: "runsc do /bin/true (gvisor)",
+					argv: []string{runsc, "--root", doRoot, "--network=none", "--sidecar-usage-policy=LEGACY_DEPRECATED_SLOW_EMBEDDED_FALLBACK", "do", "/bin/true"}},
+				&config{key: "airlock-gvisor", name: "airlock run --runtime gvisor -- /bin/true",
+					argv: []string{al, "run", "--runtime", "gvisor", "--", "/bin/true"}})
+		}
+	}
+
 	errf, err := os.CreateTemp("", "airlock-bench-stderr-*")
 	if err != nil {
 		logf("%v", err)
@@ -294,6 +314,7 @@ func run(n int, airlockPath, bwrapPath string, asJSON bool) int {
 		}
 	}
 	rep.bwrapMedian = bwrapMedian
+	var runscMedian float64 // runsc-do comes before airlock-gvisor
 	for _, c := range configs {
 		if c.dropped {
 			continue
@@ -306,6 +327,13 @@ func run(n int, airlockPath, bwrapPath string, asJSON bool) int {
 		if bwrapCPU > 0 && row.N > 0 {
 			ratio := row.CPU.Median / bwrapCPU
 			row.CPURatioToBwrap = &ratio
+		}
+		if c.key == "runsc-do" && row.N > 0 {
+			runscMedian = row.Median
+		}
+		if c.key == "airlock-gvisor" && row.N > 0 && runscMedian > 0 {
+			ratio := row.Median / runscMedian
+			rep.GVisorRatio = &ratio
 		}
 		if c.key == "airlock" {
 			rep.Ratio = row.RatioToBwrap
@@ -582,6 +610,10 @@ func printText(w io.Writer, rep *report) {
 			why = "bwrap was not measured"
 		}
 		fmt.Fprintf(&b, "airlock median / bwrap median = n/a, %s (target <= %.1f)\n", why, rep.Target)
+	}
+
+	if rep.GVisorRatio != nil {
+		fmt.Fprintf(&b, "airlock --runtime gvisor median / runsc do median = %.2f (target <= 1.0)\n", *rep.GVisorRatio)
 	}
 
 	b.WriteString("\nSteps of `airlock run -v -- /bin/true` (nested: init.* are inside setup, init.mounts.* inside init.mounts, all inside created;\n*.unattributed = the parent minus its sub-steps; other = wall - created - handshake - destroyed, the airlock process itself):\n\n")

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/internal/initbin"
+	"github.com/airlock-dev/airlock/internal/runtime/gvisor"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 )
 
@@ -43,6 +44,12 @@ func main() {
 			return
 		case native.ReapArg:
 			native.ReapMain()
+			return
+		case gvisor.InitArg:
+			gvisor.InitMain()
+			return
+		case gvisor.ExecArg:
+			gvisor.ExecMain()
 			return
 		}
 	}

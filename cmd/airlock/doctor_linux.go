@@ -54,6 +54,7 @@ are leased.`,
 			pool, pc := poolCheck()
 			checks = append(checks, pc)
 			checks = append(checks, selfTest(pool)...)
+			checks = append(checks, gvisorCheck())
 			full := true
 			for _, c := range checks {
 				if c.Required && !c.OK {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-dev/airlock/internal/errdefs"
+	"github.com/airlock-dev/airlock/internal/runtime/gvisor"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 )
 
@@ -35,6 +36,14 @@ func main() {
 	// The sandbox's init is this same binary; dispatch before anything else.
 	if len(os.Args) > 1 && os.Args[1] == native.InitArg {
 		native.InitMain()
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == gvisor.InitArg {
+		gvisor.InitMain()
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == gvisor.ExecArg {
+		gvisor.ExecMain()
 		return
 	}
 	if len(os.Args) > 1 && os.Args[1] == native.ReapArg {

@@ -41,6 +41,7 @@ type runFlags struct {
 	netAllow, netDeny, addHosts, secrets       []string
 	netLog                                     string
 	uidPool                                    string
+	runtime                                    string
 }
 
 func newRunCmd() *cobra.Command {
@@ -61,6 +62,7 @@ environment is passed unless asked for.`,
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "host directory mounted read-write at /workspace (default: a fresh empty directory, removed afterwards)")
+	fl.StringVar(&f.runtime, "runtime", "", "isolation backend: native (default) or gvisor (gVisor's runsc; see airlock doctor)")
 	fl.StringVarP(&f.policyFile, "policy", "p", "", "policy file (YAML); flags override it")
 	fl.StringVar(&f.image, "image", "", "root filesystem directory (default: the host's system directories, read-only)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE, or pass KEY from this environment (repeatable)")
@@ -112,6 +114,9 @@ func buildPolicy(f *runFlags) (*policy.Policy, error) {
 			return nil, err
 		}
 		p.Workspace = abs
+	}
+	if f.runtime != "" {
+		p.Runtime = f.runtime
 	}
 	if f.image != "" {
 		abs, err := filepath.Abs(f.image)
@@ -302,7 +307,10 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 	defer signal.Stop(sigc)
 
 	ctx := context.Background()
-	rt := &native.Runtime{Reaper: true, UIDPool: pool}
+	rt, err := runRuntime(p.Runtime, pool)
+	if err != nil {
+		return fail(exitSetup, "%v", err)
+	}
 	t0 := time.Now()
 	sb, err := rt.Create(ctx, spec)
 	if err != nil {
@@ -491,7 +499,11 @@ func report(w io.Writer, info runtime.Info, insecure runtime.Insecure, created t
 	if insecure.NoCgroups {
 		cg = "cgroups OFF"
 	}
-	fmt.Fprintf(w, "airlock: layers: namespaces user,mnt,pid,net,ipc,uts,cgroup; %s; %s; %s; capabilities dropped\n", ll, sc, cg)
+	if info.Runtime == "gvisor" {
+		fmt.Fprintf(w, "airlock: layers: gVisor Sentry (systrap) with runsc's seccomp and namespaces; %s inside; %s; capabilities dropped\n", sc, cg)
+	} else {
+		fmt.Fprintf(w, "airlock: layers: namespaces user,mnt,pid,net,ipc,uts,cgroup; %s; %s; %s; capabilities dropped\n", ll, sc, cg)
+	}
 	names := make([]string, 0, len(info.Steps))
 	for k := range info.Steps {
 		names = append(names, k)

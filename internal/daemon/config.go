@@ -266,6 +266,9 @@ func (c *Config) manager() (manager.Config, int64, error) {
 		if err := mc.HostAccess.Check(p.Network); err != nil {
 			return mc, 0, fmt.Errorf("config: policies.%s: %v (add the port to egress_host_ports)", name, err)
 		}
+		if p.Runtime != "" && p.Runtime != policy.RuntimeNative {
+			return mc, 0, fmt.Errorf("config: policies.%s: runtime %s is not available in airlock serve yet; use runtime: native (airlock run --runtime %s has it)", name, p.Runtime, p.Runtime)
+		}
 		mc.Policies[name] = p
 	}
 	mc.EgressHosts = map[string][]netip.Addr{}

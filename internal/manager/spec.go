@@ -89,11 +89,19 @@ func (c *Config) resolve(req *api.CreateSandboxRequest) (*policy.Policy, specRec
 	if img != "" {
 		p.Image = img
 	}
+	if req.Runtime != "" {
+		p.Runtime = req.Runtime
+	}
 	if err := applyResources(&p, req.Resources); err != nil {
 		return nil, rec, err
 	}
 	if err := p.Validate(); err != nil {
 		return nil, rec, invalid("%v", err)
+	}
+	if p.Runtime != "" && p.Runtime != policy.RuntimeNative {
+		// Never a native sandbox for a policy that asked for another
+		// backend.
+		return nil, rec, invalid("runtime %s: not available in airlock serve yet (its sandboxes need the agent's protocol); use `airlock run --runtime %s`, or runtime: native", p.Runtime, p.Runtime)
 	}
 	env, err := baseEnv(&p, req.Env)
 	if err != nil {

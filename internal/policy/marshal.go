@@ -70,6 +70,7 @@ func (p *Policy) Marshal() ([]byte, error) {
 	type file struct {
 		Image       string       `yaml:"image,omitempty"`
 		Workspace   string       `yaml:"workspace,omitempty"`
+		Runtime     string       `yaml:"runtime,omitempty"`
 		Filesystem  *filesystem  `yaml:"filesystem,omitempty"`
 		Resources   *resources   `yaml:"resources,omitempty"`
 		Environment *environment `yaml:"environment,omitempty"`
@@ -82,7 +83,7 @@ func (p *Policy) Marshal() ([]byte, error) {
 		}
 		return FormatSize(n)
 	}
-	f := file{Image: p.Image, Workspace: p.Workspace}
+	f := file{Image: p.Image, Workspace: p.Workspace, Runtime: p.Runtime}
 	fs := p.Filesystem
 	if len(fs.ReadOnly)+len(fs.Writable)+len(fs.Deny)+len(fs.Binds)+len(fs.Protect.Add)+len(fs.Protect.Remove) > 0 {
 		f.Filesystem = &filesystem{ReadOnly: fs.ReadOnly, Writable: fs.Writable, Deny: fs.Deny}

@@ -127,7 +127,7 @@ func (d *decoder) document(data []byte) error {
 
 // Known keys, in the order error messages list them.
 var (
-	topKeys        = []string{"image", "workspace", "filesystem", "resources", "environment", "seccomp", "network"}
+	topKeys        = []string{"image", "workspace", "runtime", "filesystem", "resources", "environment", "seccomp", "network"}
 	filesystemKeys = []string{"read_only", "writable", "deny", "binds", "protect"}
 	bindKeys       = []string{"source", "target", "mode"}
 	protectKeys    = []string{"add", "remove"}
@@ -147,6 +147,8 @@ func (d *decoder) top(n *yaml.Node) error {
 			p.Image, err = d.hostPath(v, key)
 		case "workspace":
 			p.Workspace, err = d.hostPath(v, key)
+		case "runtime":
+			p.Runtime, err = d.str(v, key)
 		case "filesystem":
 			err = d.filesystem(v, key)
 		case "resources":

@@ -226,7 +226,8 @@ func wantErr(t *testing.T, err error, want string) {
 func TestParseErrors(t *testing.T) {
 	tests := []struct{ src, want string }{
 		// unknown keys, at every level
-		{"imgae: /x", "agent.yaml:1: imgae: unknown key (known: image, workspace, filesystem, resources, environment, seccomp, network)"},
+		{"imgae: /x", "agent.yaml:1: imgae: unknown key (known: image, workspace, runtime, filesystem, resources, environment, seccomp, network)"},
+		{"runtime: firecracker", "agent.yaml:1: runtime: unknown runtime \"firecracker\": want native or gvisor"},
 		{"filesystem:\n  readonly: [/x]", "agent.yaml:2: filesystem.readonly: unknown key (known: read_only, writable, deny, binds, protect)"},
 		{"filesystem:\n  binds:\n    - source: /a\n      target: /b\n      mod: rw", "agent.yaml:5: filesystem.binds[0].mod: unknown key (known: source, target, mode)"},
 		{"filesystem:\n  protect:\n    delete: [.vscode]", "agent.yaml:3: filesystem.protect.delete: unknown key (known: add, remove)"},
@@ -432,5 +433,17 @@ func TestParseAbsoluteName(t *testing.T) {
 	}
 	if p.Workspace != "/etc/airlock/proj" || p.Filesystem.ReadOnly[0] != "/etc/airlock/tools" {
 		t.Errorf("got %+v", *p)
+	}
+}
+
+func TestParseRuntime(t *testing.T) {
+	for _, rt := range []string{"native", "gvisor"} {
+		p, err := Parse("agent.yaml", []byte("runtime: "+rt+"\n"))
+		if err != nil {
+			t.Fatalf("runtime %s: %v", rt, err)
+		}
+		if p.Runtime != rt {
+			t.Fatalf("runtime %s: parsed %q", rt, p.Runtime)
+		}
 	}
 }

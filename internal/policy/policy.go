@@ -32,6 +32,9 @@ type Policy struct {
 	// Workspace is the host directory mounted read-write at /workspace.
 	// "" means the CLI decides (normally --workspace or the current directory).
 	Workspace string
+	// Runtime is the isolation backend: RuntimeNative (or "", the same)
+	// or RuntimeGVisor.
+	Runtime string
 
 	Filesystem  Filesystem
 	Resources   Resources
@@ -146,6 +149,12 @@ type Credential struct {
 	Header string // header to set on every request to Hosts
 	Format string // Header's value; "{secret}" stands for the secret (default "{secret}")
 }
+
+// Runtimes (isolation backends).
+const (
+	RuntimeNative = "native" // Linux namespaces, seccomp, Landlock, cgroups (the default)
+	RuntimeGVisor = "gvisor" // gVisor's runsc: a user-space kernel
+)
 
 // Network modes.
 const (

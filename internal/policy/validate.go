@@ -21,18 +21,26 @@ import (
 // sources) are absolute; that paths inside the sandbox (read_only,
 // writable, deny, bind targets) are absolute, and that mount targets are
 // not "/", /workspace, or in /proc, /sys or /dev, and are not mounted twice;
-// that sizes are within [0, 1PiB] and memory, disk, tmp and shm are not
+// that the runtime is known; that sizes are within [0, 1PiB] and memory, disk, tmp and shm are not
 // absurdly small; that pids, cpu and nofile are in range; that the network
 // mode is available; that environment variable names and values are
 // usable; that protected paths stay inside the workspace; and that seccomp
 // syscall names exist (seccomp.Lookup).
 func (p *Policy) Validate() error {
-	for _, check := range []func() error{p.validatePaths, p.validateProtect, p.validateResources, p.validateEnvironment, p.validateSeccomp, p.validateNetwork} {
+	for _, check := range []func() error{p.validateRuntime, p.validatePaths, p.validateProtect, p.validateResources, p.validateEnvironment, p.validateSeccomp, p.validateNetwork} {
 		if err := check(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func (p *Policy) validateRuntime() error {
+	switch p.Runtime {
+	case "", RuntimeNative, RuntimeGVisor:
+		return nil
+	}
+	return p.errAt("runtime", "unknown runtime %q: want %s or %s", p.Runtime, RuntimeNative, RuntimeGVisor)
 }
 
 func (p *Policy) validatePaths() error {

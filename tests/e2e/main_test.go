@@ -153,11 +153,20 @@ func baseEnv(o opts) []string {
 	} else {
 		env = append(env, "HOME="+os.Getenv("HOME"))
 	}
+	// Where the gvisor backend finds runsc (o.env may override it).
+	for _, k := range []string{"AIRLOCK_RUNSC", "AIRLOCK_RUNSC_CACHE"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
 	return append(env, o.env...)
 }
 
 // command builds the airlock command; args follow the binary name.
 func command(ctx context.Context, o opts, args ...string) *exec.Cmd {
+	if backend != "" && len(args) > 0 && args[0] == "run" {
+		args = append([]string{"run", "--runtime", backend}, args[1:]...)
+	}
 	if o.nobody && !o.noFlag && len(args) > 0 && args[0] == "run" {
 		args = append([]string{"run", "--insecure-no-cgroups"}, args[1:]...)
 	}
@@ -188,6 +197,10 @@ func runContext(t testing.TB, o opts) (context.Context, context.CancelFunc) {
 func runTimeoutOf(o opts) time.Duration {
 	if o.timeout != 0 {
 		return o.timeout
+	}
+	if backend != "" {
+		// File-heavy probes (grep -r /) go through gVisor's Gofer.
+		return 3 * runTimeout
 	}
 	return runTimeout
 }

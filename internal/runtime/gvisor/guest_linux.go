@@ -1,0 +1,320 @@
+package gvisor
+
+// The in-sandbox side: airlock's init program as the container's PID 1
+// (InitMain) and as the first step of every command (ExecMain). Both run
+// inside gVisor, are untrusted like everything in there, and hold nothing
+// the host relies on: the Sentry enforces the sandbox, the supervisor only
+// reads the status pipe of ExecMain to tell "could not start" (126/127)
+// from the command's own exit status.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/initbin"
+	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/seccomp"
+)
+
+// Paths inside the sandbox.
+const (
+	guestDir     = "/.airlock"
+	guestInit    = guestDir + "/init"
+	guestSeccomp = guestDir + "/seccomp.json"
+	guestEgress  = guestDir + "/egress"
+	statusFD     = 3
+	argvEnv      = "AIRLOCK_GVISOR_ARGV"
+)
+
+// InitMain is the container's PID 1: it reaps orphans. With "watch" (airlock
+// run), its stdin is a pipe only the supervisor writes to; when that closes
+// (the supervisor ended, even by SIGKILL) the init exits and runsc ends the
+// whole sandbox.
+func InitMain() {
+	// Like the native init: commands (same uid) cannot look into it.
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	var fwd []string
+	for _, a := range os.Args[2:] {
+		if v, ok := strings.CutPrefix(a, "--forward="); ok {
+			fwd = append(fwd, v)
+		}
+	}
+	if err := startForwarders(fwd); err != nil {
+		fmt.Fprintln(os.Stderr, "airlock init:", err)
+		os.Exit(1)
+	}
+	if len(os.Args) > 2 && os.Args[2] == "watch" {
+		go func() {
+			buf := make([]byte, 64)
+			for {
+				if _, err := os.Stdin.Read(buf); err != nil {
+					os.Exit(0)
+				}
+			}
+		}()
+	}
+	sigc := make(chan os.Signal, 16)
+	signal.Notify(sigc, unix.SIGCHLD)
+	for range sigc {
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+		}
+	}
+}
+
+// ExecMain runs as `init __gvisor-exec [--seccomp] -- ARGV...` with the
+// status pipe at fd 3: it resolves ARGV[0] in the command's PATH, installs
+// the policy's seccomp filter when asked, and executes the command (fd 3 is
+// close-on-exec). It writes "ok\n" just before the execve; if the command
+// cannot start it writes "CODE message\n" (127 not found, 126 not
+// executable) instead and exits with CODE.
+func ExecMain() {
+	args := os.Args[2:]
+	withSeccomp, tty, asInit := false, false, false
+	var fwd []string
+	for len(args) > 0 && args[0] != "--" {
+		if v, ok := strings.CutPrefix(args[0], "--forward="); ok {
+			fwd = append(fwd, v)
+		}
+		switch args[0] {
+		case "--seccomp":
+			withSeccomp = true
+		case "--tty":
+			tty = true
+		case "--init":
+			asInit = true
+		}
+		args = args[1:]
+	}
+	argv := args[min(1, len(args)):]
+	if asInit {
+		// As PID 1 the command comes in argvEnv, not on the command
+		// line, which every process in the sandbox can read.
+		if err := json.Unmarshal([]byte(os.Getenv(argvEnv)), &argv); err != nil {
+			fail(126, "command: "+err.Error())
+		}
+	}
+	if len(argv) == 0 {
+		fail(126, "no command")
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, initbin.BuildEnv+"=") && !strings.HasPrefix(kv, argvEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	path, err := lookPath(argv[0], env)
+	if err != nil {
+		code := 127
+		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EISDIR) {
+			code = 126
+		}
+		fail(code, err.Error())
+	}
+	if withSeccomp {
+		raw, err := os.ReadFile(guestSeccomp)
+		var prog []runtime.SockFilter
+		if err == nil {
+			err = json.Unmarshal(raw, &prog)
+		}
+		filter := make([]seccomp.SockFilter, len(prog))
+		for i, in := range prog {
+			filter[i] = seccomp.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
+		}
+		if err == nil {
+			err = seccomp.Install(filter)
+		}
+		if err != nil {
+			fail(126, "seccomp: "+err.Error())
+		}
+	}
+	// runsc exec keeps its own copy of the pipe open until the command
+	// ends, so EOF cannot mean "started": say it. A failing execve after
+	// this still ends with 126/127 as the command's status.
+	if asInit {
+		if err := startForwarders(fwd); err != nil {
+			fail(126, err.Error())
+		}
+		runAsInit(path, argv, env, tty)
+	}
+	// A session (and process group) of its own, as in the native
+	// runtime: signals go to the group, as a terminal would send them.
+	// With a terminal, runsc already made it the session's controlling
+	// terminal; a new session would lose it.
+	if !tty {
+		unix.Setsid()
+	}
+	unix.Write(statusFD, []byte("ok\n"))
+	unix.CloseOnExec(statusFD)
+	err = unix.Exec(path, argv, env)
+	code := 126
+	if errors.Is(err, unix.ENOENT) {
+		code = 127
+	}
+	fail(code, fmt.Sprintf("exec %s: %v", argv[0], err))
+}
+
+func fail(code int, msg string) {
+	f := os.NewFile(statusFD, "status")
+	fmt.Fprintf(f, "%d %s\n", code, strings.ReplaceAll(msg, "\n", " "))
+	os.Exit(code)
+}
+
+// lookPath resolves file against PATH from the command's environment.
+func lookPath(file string, env []string) (string, error) {
+	check := func(p string) error {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.IsDir() {
+			return &os.PathError{Op: "exec", Path: p, Err: unix.EISDIR}
+		}
+		if fi.Mode()&0o111 == 0 {
+			return &os.PathError{Op: "exec", Path: p, Err: unix.EACCES}
+		}
+		return nil
+	}
+	if strings.Contains(file, "/") {
+		if err := check(file); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return "", fmt.Errorf("%s: not found", file)
+			}
+			return "", err
+		}
+		return file, nil
+	}
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	var denied error
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, file)
+		err := check(p)
+		if err == nil {
+			return p, nil
+		}
+		if denied == nil && errors.Is(err, unix.EACCES) {
+			denied = err
+		}
+	}
+	if denied != nil {
+		return "", denied
+	}
+	return "", fmt.Errorf("exec %s: executable file not found in $PATH", file)
+}
+
+// runAsInit is ExecMain as the container's PID 1 (one-shot sandboxes): it
+// starts the command as its child (own session, or the terminal's
+// foreground process group), forwards signals to the command's group, reaps
+// every orphan, and exits with the command's status (128+N for signal N).
+// Like the native init it is not dumpable, so the command cannot look into
+// it.
+func runAsInit(path string, argv, env []string, tty bool) {
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	sigc := make(chan os.Signal, 32)
+	signal.Notify(sigc)
+	unix.CloseOnExec(statusFD)
+	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}, Sys: &syscall.SysProcAttr{Setsid: true}}
+	if tty {
+		attr.Sys = &syscall.SysProcAttr{Setpgid: true, Foreground: true, Ctty: 0}
+	}
+	pid, err := syscall.ForkExec(path, argv, attr)
+	if err != nil {
+		code := 126
+		if errors.Is(err, unix.ENOENT) {
+			code = 127
+		}
+		fail(code, fmt.Sprintf("exec %s: %v", argv[0], err))
+	}
+	unix.Write(statusFD, []byte("ok\n"))
+	unix.Close(statusFD)
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if err == nil && got == pid {
+			if ws.Signaled() {
+				os.Exit(128 + int(ws.Signal()))
+			}
+			os.Exit(ws.ExitStatus())
+		}
+		if err == nil && got > 0 {
+			continue // an orphan
+		}
+		sig := <-sigc
+		if s, ok := sig.(syscall.Signal); ok && s != unix.SIGCHLD {
+			if unix.Kill(-pid, s) != nil {
+				unix.Kill(pid, s)
+			}
+		}
+	}
+}
+
+// startForwarders listens on each ADDR of "ADDR=SOCKET" inside the sandbox
+// (the egress proxies' addresses on loopback) and relays every connection
+// to SOCKET, a unix socket of the supervisor's bound into the sandbox,
+// behind which the egress gateway enforces the policy. The forwarder is as
+// untrusted as everything here: all it can reach is the gateway.
+func startForwarders(specs []string) error {
+	for _, sp := range specs {
+		addr, sock, ok := strings.Cut(sp, "=")
+		if !ok {
+			return fmt.Errorf("forward %q: want ADDR=SOCKET", sp)
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen on %s inside the sandbox: %w", addr, err)
+		}
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go relay(c, sock)
+			}
+		}()
+	}
+	return nil
+}
+
+func relay(c net.Conn, sock string) {
+	defer c.Close()
+	u, err := net.Dial("unix", sock)
+	if err != nil {
+		return
+	}
+	defer u.Close()
+	done := make(chan struct{}, 2)
+	half := func(dst, src net.Conn) {
+		io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+		done <- struct{}{}
+	}
+	go half(u, c)
+	go half(c, u)
+	<-done
+	<-done
+}
