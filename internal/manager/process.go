@@ -249,10 +249,12 @@ func (m *Manager) reapProc(p *proc) {
 func execError(id, cmd string, err error) error {
 	msg := err.Error()
 	switch {
+	case errors.Is(err, runtime.ErrCommandNotFound):
+		return fmt.Errorf("sandbox %s: %s: command not found (%v): %w", id, cmd, err, errdefs.ErrCommandNotFound)
+	case errors.Is(err, runtime.ErrNotExecutable):
+		return fmt.Errorf("sandbox %s: %s: command not executable (%v): %w", id, cmd, err, errdefs.ErrNotExecutable)
 	case strings.Contains(msg, "chdir"):
 		return fmt.Errorf("sandbox %s: working directory: %v: %w", id, err, errdefs.ErrInvalid)
-	case strings.Contains(msg, "no such file") || strings.Contains(msg, "not found in"):
-		return fmt.Errorf("sandbox %s: %s: command not found: %w", id, cmd, errdefs.ErrInvalid)
 	case strings.Contains(msg, "permission denied") || strings.Contains(msg, "not a directory"):
 		return fmt.Errorf("sandbox %s: %v: %w", id, err, errdefs.ErrInvalid)
 	case strings.Contains(msg, "sandbox ended"):
