@@ -178,6 +178,10 @@ type Process struct {
 	StartedAt  time.Time  `json:"started_at"`
 	EndedAt    *time.Time `json:"ended_at,omitempty"`
 	DurationMs float64    `json:"duration_ms,omitempty"`
+	// EndReason says why an exited process ended when it did not end of
+	// its own accord: a PTY process whose terminal a daemon restart closed
+	// (it is killed if it is still running then).
+	EndReason string `json:"end_reason,omitempty"`
 }
 
 // ProcessList is the body of GET /v1/sandboxes/{id}/processes.

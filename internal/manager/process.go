@@ -66,7 +66,7 @@ func (p *proc) view() api.Process {
 	defer p.mu.Unlock()
 	r := p.rec
 	v := api.Process{ID: procID(r.ID), SandboxID: r.SandboxID, Argv: r.Argv, Cwd: r.Cwd, TTY: r.TTY,
-		State: api.ProcessRunning, StartedAt: r.StartedAt, Signal: r.Signal, TimedOut: r.TimedOut}
+		State: api.ProcessRunning, StartedAt: r.StartedAt, Signal: r.Signal, TimedOut: r.TimedOut, EndReason: r.EndReason}
 	if r.EndedAt != nil {
 		v.State, v.EndedAt, v.ExitCode = api.ProcessExited, r.EndedAt, r.ExitCode
 		v.DurationMs = float64(r.EndedAt.Sub(r.StartedAt).Microseconds()) / 1000

@@ -179,6 +179,8 @@ var migrations = []string{
 		credential TEXT NOT NULL
 	) STRICT;
 	CREATE INDEX egress_events_sandbox ON egress_events (sandbox_id, id);`,
+	// 3: why a process ended when it did not end of its own accord.
+	`ALTER TABLE processes ADD COLUMN end_reason TEXT NOT NULL DEFAULT '';`,
 }
 
 // migrate applies the migrations the database has not seen, each in its own
