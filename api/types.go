@@ -183,6 +183,10 @@ type Process struct {
 	StartedAt  time.Time  `json:"started_at"`
 	EndedAt    *time.Time `json:"ended_at,omitempty"`
 	DurationMs float64    `json:"duration_ms,omitempty"`
+	// EndReason says why an exited process ended when it did not end of
+	// its own accord: a PTY process whose terminal a daemon restart closed
+	// (it is killed if it is still running then).
+	EndReason string `json:"end_reason,omitempty"`
 }
 
 // ProcessList is the body of GET /v1/sandboxes/{id}/processes.
@@ -366,12 +370,16 @@ type PTYSize struct {
 	Rows uint16 `json:"rows"`
 }
 
-// PTYExit is the server's last message on a PTY WebSocket.
+// PTYExit is the server's last message on a PTY WebSocket. When the
+// command could not run, Error says why and ErrorCode is the error code an
+// HTTP answer would carry; a command not found has ExitCode 127, one not
+// executable 126 (as a shell reports them), other failures -1.
 type PTYExit struct {
 	ProcessID string `json:"process_id"`
 	ExitCode  int    `json:"exit_code"`
 	Signal    int    `json:"signal,omitempty"`
 	Error     string `json:"error,omitempty"`
+	ErrorCode string `json:"error_code,omitempty"`
 }
 
 // APIKey describes an API key; Key (the secret) is set only in the answer
@@ -421,6 +429,14 @@ const (
 	CodeNotSupported  = "not_implemented"     // 501
 	CodeTimeout       = "deadline_exceeded"   // 504
 	CodeMethodInvalid = "method_not_allowed"  // 405
+)
+
+// Refinements of invalid_argument (400) for an exec, process or PTY start
+// whose command does not exist in the sandbox (what a shell reports as 127)
+// or exists but cannot be executed (126). No process was started.
+const (
+	CodeCommandNotFound = "command_not_found"
+	CodeNotExecutable   = "not_executable"
 )
 
 // Headers of file answers.

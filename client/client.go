@@ -216,6 +216,14 @@ var (
 	ErrUnavailable  = errors.New("airlock: unavailable")                           // unavailable
 )
 
+// Errors of starting a command (Exec, StartProcess, PTY) that does not
+// exist in the sandbox (what a shell reports as 127) or exists but cannot be
+// executed (126). No process was started. They also match ErrInvalid.
+var (
+	ErrCommandNotFound = errors.New("airlock: command not found") // command_not_found
+	ErrNotExecutable   = errors.New("airlock: not executable")    // not_executable
+)
+
 // codeSentinel maps each error code to the sentinel it matches.
 var codeSentinel = map[string]error{
 	api.CodeNotFound:     ErrNotFound,
@@ -269,6 +277,12 @@ func (e *Error) Error() string {
 // Is reports whether target is the sentinel of e's code, so that
 // errors.Is(err, ErrNotFound) works.
 func (e *Error) Is(target error) bool {
+	switch e.Code {
+	case api.CodeCommandNotFound:
+		return target == ErrCommandNotFound || target == ErrInvalid
+	case api.CodeNotExecutable:
+		return target == ErrNotExecutable || target == ErrInvalid
+	}
 	s, ok := codeSentinel[e.Code]
 	return ok && s == target
 }

@@ -397,6 +397,27 @@ func TestSSE(t *testing.T) {
 	}
 }
 
+// A command that cannot start matches its own sentinel and, being a 400,
+// ErrInvalid; an invalid argument matches neither refinement.
+func TestCommandErrors(t *testing.T) {
+	nf := errorFromBody(400, "", []byte(`{"error":{"code":"command_not_found","message":"x: command not found"}}`), time.Now())
+	ne := errorFromBody(400, "", []byte(`{"error":{"code":"not_executable","message":"x: not executable"}}`), time.Now())
+	inv := errorFromBody(400, "", []byte(`{"error":{"code":"invalid_argument","message":"bad"}}`), time.Now())
+	for _, c := range []struct {
+		err    error
+		target error
+		want   bool
+	}{
+		{nf, ErrCommandNotFound, true}, {nf, ErrInvalid, true}, {nf, ErrNotExecutable, false}, {nf, ErrNotFound, false},
+		{ne, ErrNotExecutable, true}, {ne, ErrInvalid, true}, {ne, ErrCommandNotFound, false},
+		{inv, ErrInvalid, true}, {inv, ErrCommandNotFound, false}, {inv, ErrNotExecutable, false},
+	} {
+		if got := errors.Is(c.err, c.target); got != c.want {
+			t.Errorf("errors.Is(%v, %v) = %v", c.err, c.target, got)
+		}
+	}
+}
+
 func TestRetryable(t *testing.T) {
 	for _, tc := range []struct {
 		err  error

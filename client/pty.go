@@ -161,13 +161,17 @@ func (s *PTYSession) control(c api.PTYControl) error {
 // Wait waits until the command has exited and its output has been read (or
 // the session was closed) and returns its status. The error is set when
 // the session ended without one, or when the daemon reported that the
-// command could not run (PTYExit.Error).
+// command could not run (PTYExit.Error): then it is an *Error with the
+// code the daemon gave (errors.Is(err, ErrCommandNotFound)).
 func (s *PTYSession) Wait() (api.PTYExit, error) {
 	<-s.done
 	if s.err != nil {
 		return s.exit, s.err
 	}
 	if s.exit.Error != "" {
+		if s.exit.ErrorCode != "" {
+			return s.exit, &Error{Code: s.exit.ErrorCode, Message: "pty: " + s.exit.Error}
+		}
 		return s.exit, fmt.Errorf("airlock: pty: %s", s.exit.Error)
 	}
 	return s.exit, nil

@@ -109,7 +109,7 @@ func execPlain(cmd *cobra.Command, c *client.Client, id string, req *api.ExecReq
 	stderr := cmd.ErrOrStderr()
 	p, err := c.StartProcess(ctx, id, req)
 	if err != nil {
-		return apiFail(cmd, c, "exec", err)
+		return startFail(cmd, c, err)
 	}
 
 	sigc := make(chan os.Signal, 8)
@@ -168,6 +168,21 @@ func execPlain(cmd *cobra.Command, c *client.Client, id string, req *api.ExecReq
 		return exitError{code}
 	}
 	return nil
+}
+
+// startFail reports a command that could not be started: 127 when it does
+// not exist in the sandbox, 126 when it cannot be executed (as a shell and
+// `airlock run` report them), otherwise the API failure's status.
+func startFail(cmd *cobra.Command, c *client.Client, err error) error {
+	code := exitAPI
+	switch {
+	case errors.Is(err, client.ErrCommandNotFound):
+		code = exitNotFound
+	case errors.Is(err, client.ErrNotExecutable):
+		code = exitNotExec
+	}
+	apiFail(cmd, c, "exec", err)
+	return exitError{code}
 }
 
 // processCode is a finished process's status as a shell reports it, or -1.
@@ -236,7 +251,7 @@ func execTTY(cmd *cobra.Command, c *client.Client, id string, req *api.ExecReque
 
 	s, err := c.PTY(ctx, id, start)
 	if err != nil {
-		return apiFail(cmd, c, "exec", err)
+		return startFail(cmd, c, err)
 	}
 	defer s.Close()
 

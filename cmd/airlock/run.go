@@ -381,7 +381,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 	}
 	if err != nil {
 		code := exitNotExec
-		if strings.Contains(err.Error(), "not found") || errors.Is(err, os.ErrNotExist) {
+		if errors.Is(err, runtime.ErrCommandNotFound) {
 			code = exitNotFound
 		}
 		return fail(code, "%v", err)

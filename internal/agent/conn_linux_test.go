@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -95,8 +96,11 @@ func TestLookPath(t *testing.T) {
 	if p, err := lookPath("tool", env); err != nil || p != exe {
 		t.Errorf("lookPath(tool) = %q, %v", p, err)
 	}
-	if _, err := lookPath("data", env); err == nil {
-		t.Error("a non-executable file was found")
+	if _, err := lookPath("data", env); execKind(err) != KindNotExecutable {
+		t.Errorf("a non-executable file in PATH: %v (kind %q), want %q", err, execKind(err), KindNotExecutable)
+	}
+	if _, err := lookPath("no-such-tool", env); execKind(err) != KindNoCommand {
+		t.Errorf("a name in no PATH directory: %v (kind %q), want %q", err, execKind(err), KindNoCommand)
 	}
 	if p, _ := lookPath("./rel/x", env); p != "./rel/x" {
 		t.Errorf("a path with a slash must be used as is, got %q", p)
@@ -104,6 +108,56 @@ func TestLookPath(t *testing.T) {
 	// Without PATH in the process's environment the default applies.
 	if p, err := lookPath("sh", nil); err != nil || !strings.HasSuffix(p, "/sh") {
 		t.Errorf("lookPath(sh) with the default PATH = %q, %v", p, err)
+	}
+}
+
+func execKind(err error) string {
+	var ee *execError
+	if errors.As(err, &ee) {
+		return ee.kind
+	}
+	return "none"
+}
+
+// A failed exec is classified like a shell would: missing (127) or there
+// but not executable (126), including a script whose interpreter is
+// missing; the control is a script that runs.
+func TestForkExecKinds(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ok := write("ok", "#!/bin/sh\nexit 0\n", 0o755)
+	for _, c := range []struct {
+		path, want string
+	}{
+		{filepath.Join(dir, "missing"), KindNoCommand},
+		{filepath.Join(dir, "missing", "deeper"), KindNoCommand},
+		{write("data", "x", 0o644), KindNotExecutable},
+		{dir, KindNotExecutable},
+		{write("badinterp", "#!/no/such/interpreter\n", 0o755), KindNotExecutable},
+		{write("garbage", "\x7fELF garbage", 0o755), KindNotExecutable},
+	} {
+		_, err := syscall.ForkExec(c.path, []string{c.path}, &syscall.ProcAttr{})
+		if err == nil {
+			t.Fatalf("%s: started", c.path)
+		}
+		if got := execKind(forkExecError(c.path, c.path, "", err)); got != c.want {
+			t.Errorf("%s: %v: kind %q, want %q", c.path, err, got, c.want)
+		}
+	}
+	pid, err := syscall.ForkExec(ok, []string{ok}, &syscall.ProcAttr{})
+	if err != nil {
+		t.Fatalf("control: %v", err)
+	}
+	var ws syscall.WaitStatus
+	syscall.Wait4(pid, &ws, 0, nil)
+	if ws.ExitStatus() != 0 {
+		t.Fatalf("control exited %d", ws.ExitStatus())
 	}
 }
 

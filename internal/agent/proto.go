@@ -75,6 +75,13 @@ const (
 	KindOther      = "other"
 )
 
+// Error kinds of an exec's Error: the command does not exist, or exists
+// but cannot be executed.
+const (
+	KindNoCommand     = "command_not_found"
+	KindNotExecutable = "not_executable"
+)
+
 // Output streams of a captured process.
 const (
 	Stdout = 1
@@ -250,10 +257,13 @@ type Ready struct {
 	Steps map[string]int64 `json:"steps,omitempty"`
 }
 
-// Error reports a failure. Layer names the isolation layer or step that failed.
+// Error reports a failure. Layer names the isolation layer or step that
+// failed; Kind, for an exec, says why the command could not start
+// (KindNoCommand, KindNotExecutable), if known.
 type Error struct {
 	ID      uint64 `json:"id,omitempty"`
 	Layer   string `json:"layer,omitempty"`
+	Kind    string `json:"kind,omitempty"`
 	Message string `json:"message"`
 }
 

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"os"
 	"os/signal"
 	"sync"
@@ -205,6 +206,16 @@ func (s *Server) fail(id uint64, msg string) {
 	s.send(&Message{Type: TypeError, Error: &Error{ID: id, Message: msg}})
 }
 
+// failExec reports a command that could not be started, with its kind.
+func (s *Server) failExec(id uint64, err error) {
+	e := &Error{ID: id, Message: err.Error()}
+	var ee *execError
+	if errors.As(err, &ee) {
+		e.Kind = ee.kind
+	}
+	s.send(&Message{Type: TypeError, Error: e})
+}
+
 func (s *Server) exec(req *ExecRequest, files []*os.File) {
 	defer closeAll(files)
 	if req == nil || len(req.Argv) == 0 {
@@ -213,7 +224,7 @@ func (s *Server) exec(req *ExecRequest, files []*os.File) {
 	}
 	path, err := lookPath(req.Argv[0], req.Env)
 	if err != nil {
-		s.fail(req.ID, err.Error())
+		s.failExec(req.ID, err)
 		return
 	}
 	if req.Dir != "" {
@@ -279,7 +290,7 @@ func (s *Server) exec(req *ExecRequest, files []*os.File) {
 	}
 	s.mu.Unlock()
 	if err != nil {
-		s.fail(req.ID, "exec "+req.Argv[0]+": "+err.Error())
+		s.failExec(req.ID, forkExecError(req.Argv[0], path, req.Dir, err))
 		return
 	}
 	started := &Message{Type: TypeStarted, Started: &Started{ID: req.ID, Pid: pid}}

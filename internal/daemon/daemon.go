@@ -63,6 +63,21 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
+	// One daemon per data and state directory: a second one would adopt,
+	// fail and remove the first one's sandboxes.
+	dataLock, err := lockDir(c.DataDir, "data directory")
+	if err != nil {
+		return err
+	}
+	defer dataLock.Close()
+	if err := os.MkdirAll(c.StateDir, 0o711); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	stateLock, err := lockDir(c.StateDir, "state directory")
+	if err != nil {
+		return err
+	}
+	defer stateLock.Close()
 	st, err := store.Open(ctx, filepath.Join(c.DataDir, "airlock.db"))
 	if err != nil {
 		return fmt.Errorf("store: %w", err)

@@ -31,6 +31,23 @@ var (
 	ErrNotSupported = errors.New("not implemented")
 )
 
+// Refinements of ErrInvalid for a command that cannot be started: it does
+// not exist (a shell's 127), or it exists but cannot be executed (126).
+// errors.Is matches both the refinement and ErrInvalid.
+var (
+	ErrCommandNotFound = &refined{"command not found", ErrInvalid}
+	ErrNotExecutable   = &refined{"command not executable", ErrInvalid}
+)
+
+// refined is a kind that is also a more general one.
+type refined struct {
+	msg    string
+	parent error
+}
+
+func (r *refined) Error() string { return r.msg }
+func (r *refined) Unwrap() error { return r.parent }
+
 // RetryError is an ErrExhausted (or ErrUnavailable) that says when to try
 // again.
 type RetryError struct {

@@ -68,7 +68,7 @@ func (p *proc) view() api.Process {
 	defer p.mu.Unlock()
 	r := p.rec
 	v := api.Process{ID: procID(r.ID), SandboxID: r.SandboxID, Argv: r.Argv, Cwd: r.Cwd, TTY: r.TTY,
-		State: api.ProcessRunning, StartedAt: r.StartedAt, Signal: r.Signal, TimedOut: r.TimedOut}
+		State: api.ProcessRunning, StartedAt: r.StartedAt, Signal: r.Signal, TimedOut: r.TimedOut, EndReason: r.EndReason}
 	if r.EndedAt != nil {
 		v.State, v.EndedAt, v.ExitCode = api.ProcessExited, r.EndedAt, r.ExitCode
 		v.DurationMs = float64(r.EndedAt.Sub(r.StartedAt).Microseconds()) / 1000
@@ -266,10 +266,12 @@ func (m *Manager) reapProc(p *proc) {
 func execError(id, cmd string, err error) error {
 	msg := err.Error()
 	switch {
+	case errors.Is(err, runtime.ErrCommandNotFound):
+		return fmt.Errorf("sandbox %s: %s: command not found (%v): %w", id, errdefs.Quote(cmd), err, errdefs.ErrCommandNotFound)
+	case errors.Is(err, runtime.ErrNotExecutable):
+		return fmt.Errorf("sandbox %s: %s: command not executable (%v): %w", id, errdefs.Quote(cmd), err, errdefs.ErrNotExecutable)
 	case strings.Contains(msg, "chdir"):
 		return fmt.Errorf("sandbox %s: working directory: %v: %w", id, err, errdefs.ErrInvalid)
-	case strings.Contains(msg, "no such file") || strings.Contains(msg, "not found in"):
-		return fmt.Errorf("sandbox %s: %s: command not found: %w", id, errdefs.Quote(cmd), errdefs.ErrInvalid)
 	case strings.Contains(msg, "permission denied") || strings.Contains(msg, "not a directory"):
 		return fmt.Errorf("sandbox %s: %v: %w", id, err, errdefs.ErrInvalid)
 	case strings.Contains(msg, "sandbox ended"):

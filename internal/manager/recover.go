@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
@@ -88,6 +89,10 @@ func isSandboxID(name string) bool {
 	rid, ok := strings.CutPrefix(name, "sb-")
 	return ok && len(rid) == 16 && strings.Trim(rid, "0123456789abcdef") == ""
 }
+
+// terminalLost is the end reason of a PTY process found by a restarted
+// daemon.
+const terminalLost = "its terminal was closed by a daemon restart"
 
 // recoverOne brings one stored sandbox back under management.
 func (m *Manager) recoverOne(ctx context.Context, r *store.Sandbox) {
@@ -176,16 +181,29 @@ func (m *Manager) recoverOne(ctx context.Context, r *store.Sandbox) {
 				p.rp = x
 			}
 		}
+		if p.rec.TTY {
+			// Its terminal's master was the previous daemon's and closed
+			// with it: nothing can read or write that terminal again, and
+			// nothing can attach to it. Say so; one still running (it
+			// ignored the hangup) is killed below rather than listed as
+			// running forever.
+			p.rec.EndReason = terminalLost
+		}
 		switch {
 		case running[id] && p.rp != nil:
 			sb.running++
+			if p.rec.TTY {
+				if err := p.rp.Signal(syscall.SIGKILL); err != nil {
+					m.log.Error("kill a PTY process after a restart", "sandbox", r.ID, "process", procID(id), "err", err)
+				}
+			}
 			go m.reapProc(p)
 		case hasKey(exited, id):
 			p.end(exited[id], false, now)
 			m.saveProc(ctx, p)
 		default:
-			// Not known to the agent (a PTY process whose terminal was the
-			// previous daemon's): it ended when that daemon did.
+			// Not known to the agent: it ended when the previous daemon
+			// did, its exit not kept (a PTY process's hangup).
 			p.end(runtime.ExitStatus{Signal: 1}, false, now)
 			m.saveProc(ctx, p)
 		}

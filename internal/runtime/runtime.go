@@ -104,6 +104,14 @@ var (
 	ErrTooLarge   = errdefs.ErrTooLarge
 )
 
+// Errors of Exec for a command that cannot be started: it does not exist in
+// the sandbox (a shell's 127), or it exists but cannot be executed (126).
+// Both are also ErrInvalid.
+var (
+	ErrCommandNotFound = errdefs.ErrCommandNotFound
+	ErrNotExecutable   = errdefs.ErrNotExecutable
+)
+
 // OutputReader is implemented by processes started with Capture.
 type OutputReader interface {
 	// ReadOutput returns up to max bytes of stream (1 stdout, 2 stderr)

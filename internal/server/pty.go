@@ -32,8 +32,15 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	defer c.CloseNow()
 	c.SetReadLimit(1 << 20)
 	ctx := context.WithoutCancel(r.Context())
-	fail := func(msg string) error {
-		b, _ := json.Marshal(api.PTYExit{ExitCode: -1, Error: msg})
+	fail := func(msg, code string) error {
+		ex := api.PTYExit{ExitCode: -1, Error: msg, ErrorCode: code}
+		switch code {
+		case api.CodeCommandNotFound:
+			ex.ExitCode = 127
+		case api.CodeNotExecutable:
+			ex.ExitCode = 126
+		}
+		b, _ := json.Marshal(ex)
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		c.Write(wctx, websocket.MessageText, b)
@@ -48,11 +55,12 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	}
 	var start api.PTYStart
 	if typ != websocket.MessageText || json.Unmarshal(first, &start) != nil {
-		return fail("the first message must be a JSON PTYStart text frame")
+		return fail("the first message must be a JSON PTYStart text frame", api.CodeInvalid)
 	}
 	pid, master, wait, err := s.m.PTY(ctx, id, &start)
 	if err != nil {
-		return fail(err.Error())
+		_, body, _ := classify(err)
+		return fail(err.Error(), body.Code)
 	}
 	defer master.Close()
 	// Terminal output to the client until the terminal closes.

@@ -230,6 +230,10 @@ func classify(err error) (status int, body api.ErrorBody, retryAfter time.Durati
 		err = fmt.Errorf("request body larger than %d bytes", mbe.Limit)
 	case errors.Is(err, errdefs.ErrNotFound): // store.ErrNotFound is the same error
 		status, code = http.StatusNotFound, api.CodeNotFound
+	case errors.Is(err, errdefs.ErrCommandNotFound):
+		status, code = http.StatusBadRequest, api.CodeCommandNotFound
+	case errors.Is(err, errdefs.ErrNotExecutable):
+		status, code = http.StatusBadRequest, api.CodeNotExecutable
 	case errors.Is(err, errdefs.ErrInvalid):
 		status, code = http.StatusBadRequest, api.CodeInvalid
 	case errors.Is(err, errdefs.ErrExists):

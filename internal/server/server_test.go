@@ -46,6 +46,8 @@ func TestWriteError(t *testing.T) {
 		{errdefs.ErrNotFound, 404, api.CodeNotFound},
 		{fmt.Errorf("sandbox x: %w", store.ErrNotFound), 404, api.CodeNotFound},
 		{fmt.Errorf("bad: %w", errdefs.ErrInvalid), 400, api.CodeInvalid},
+		{fmt.Errorf("sandbox x: nope: %w", errdefs.ErrCommandNotFound), 400, api.CodeCommandNotFound},
+		{fmt.Errorf("sandbox x: /etc/passwd: %w", errdefs.ErrNotExecutable), 400, api.CodeNotExecutable},
 		{errdefs.ErrExists, 409, api.CodeExists},
 		{errdefs.ErrConflict, 409, api.CodeConflict},
 		{errdefs.ErrTooLarge, 413, api.CodeTooLarge},

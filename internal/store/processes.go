@@ -22,9 +22,12 @@ type Process struct {
 	ExitCode  *int       // nil while running or when killed by a signal
 	Signal    int        // the signal that ended it, or 0
 	TimedOut  bool
+	// EndReason says why it ended when it did not end of its own accord
+	// (its terminal was lost with a daemon restart), or is empty.
+	EndReason string
 }
 
-const processCols = `sandbox_id, id, argv, cwd, tty, started_at, ended_at, exit_code, signal, timed_out`
+const processCols = `sandbox_id, id, argv, cwd, tty, started_at, ended_at, exit_code, signal, timed_out, end_reason`
 
 // PutProcess inserts p or replaces the record with its sandbox and ID. The
 // sandbox must exist; its deletion deletes the process.
@@ -34,7 +37,7 @@ func (s *Store) PutProcess(ctx context.Context, p *Process) error {
 	}
 	var e timeEnc
 	args := []any{p.SandboxID, int64(p.ID), encodeArgv(p.Argv), p.Cwd, p.TTY,
-		e.at(p.StartedAt), e.ptr(p.EndedAt), intPtr(p.ExitCode), p.Signal, p.TimedOut}
+		e.at(p.StartedAt), e.ptr(p.EndedAt), intPtr(p.ExitCode), p.Signal, p.TimedOut, p.EndReason}
 	if e.err != nil {
 		return fmt.Errorf("process %d in sandbox %q: %w", p.ID, p.SandboxID, e.err)
 	}
@@ -48,12 +51,12 @@ func (s *Store) PutProcess(ctx context.Context, p *Process) error {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO processes (`+processCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (sandbox_id, id) DO UPDATE SET
 				argv = excluded.argv, cwd = excluded.cwd, tty = excluded.tty,
 				started_at = excluded.started_at, ended_at = excluded.ended_at,
 				exit_code = excluded.exit_code, signal = excluded.signal,
-				timed_out = excluded.timed_out`, args...)
+				timed_out = excluded.timed_out, end_reason = excluded.end_reason`, args...)
 		return err
 	})
 }
@@ -109,7 +112,7 @@ func scanProcess(sc scanner) (*Process, error) {
 	var id, started int64
 	var argv []byte
 	var ended, exit sql.NullInt64
-	err := sc.Scan(&p.SandboxID, &id, &argv, &p.Cwd, &p.TTY, &started, &ended, &exit, &p.Signal, &p.TimedOut)
+	err := sc.Scan(&p.SandboxID, &id, &argv, &p.Cwd, &p.TTY, &started, &ended, &exit, &p.Signal, &p.TimedOut, &p.EndReason)
 	if err != nil {
 		return nil, err
 	}

@@ -183,6 +183,8 @@ var migrations = []string{
 	// of its leased range as root; 0: not recorded).
 	`ALTER TABLE sandboxes ADD COLUMN host_uid INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE sandboxes ADD COLUMN host_gid INTEGER NOT NULL DEFAULT 0;`,
+	// 4: why a process ended when it did not end of its own accord.
+	`ALTER TABLE processes ADD COLUMN end_reason TEXT NOT NULL DEFAULT '';`,
 }
 
 // migrate applies the migrations the database has not seen, each in its own

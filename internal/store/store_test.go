@@ -525,7 +525,7 @@ func TestProcesses(t *testing.T) {
 		{SandboxID: "sb", ID: math.MaxUint64, Argv: []string{"sh", "-c", "echo 'hi' \"%s\""}, Cwd: "/work", StartedAt: at(0)},
 		{SandboxID: "sb", ID: 2, Argv: []string{"", "\xff\xfe", "日本語", "nul\x00"}, TTY: true, StartedAt: at(time.Second),
 			EndedAt: ptr(at(time.Minute)), ExitCode: ptr(0), TimedOut: true},
-		{SandboxID: "sb", ID: 1 << 63, StartedAt: at(0), EndedAt: ptr(at(time.Second)), Signal: 9},
+		{SandboxID: "sb", ID: 1 << 63, StartedAt: at(0), EndedAt: ptr(at(time.Second)), Signal: 9, EndReason: "its terminal was closed"},
 		{SandboxID: "sb", ID: 0, Argv: []string{"true"}, ExitCode: ptr(-1)},
 		{SandboxID: "sb", ID: 10, Argv: []string{"false"}, ExitCode: ptr(255)},
 	}

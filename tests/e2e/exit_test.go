@@ -51,6 +51,23 @@ func TestCommandNotFound(t *testing.T) {
 	if r := run(t, opts{}, []string{"--workspace", ws}, "/workspace/noexec"); r.code != 126 {
 		t.Errorf("non-executable file: want 126\n%s", r)
 	}
+	// A path that does not exist is not found too (127), like a name not
+	// in PATH; a script that exists but whose interpreter does not cannot
+	// be executed (126). Control: the same script with an interpreter that
+	// exists runs.
+	if r := run(t, opts{}, []string{"--workspace", ws}, "/workspace/no/such/cmd"); r.code != 127 || !strings.Contains(r.stderr, "no such file") {
+		t.Errorf("missing path: want 127 naming it\n%s", r)
+	}
+	if err := os.WriteFile(ws+"/badinterp", []byte("#!/no/such/interpreter\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ws+"/goodinterp", []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, opts{}, []string{"--workspace", ws}, "/workspace/badinterp"); r.code != 126 || !strings.Contains(r.stderr, "interpreter") {
+		t.Errorf("missing interpreter: want 126 saying so\n%s", r)
+	}
+	mustOK(t, run(t, opts{}, []string{"--workspace", ws}, "/workspace/goodinterp"), "script with an interpreter")
 }
 
 func TestStdio(t *testing.T) {

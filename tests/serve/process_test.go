@@ -4,9 +4,12 @@ package serve
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -258,5 +261,90 @@ func TestPTY(t *testing.T) {
 	o := out.String()
 	if !strings.Contains(o, "40 120") || !strings.Contains(o, "/dev/pts/") || !strings.Contains(o, "42x") {
 		t.Fatalf("pty output %q", o)
+	}
+}
+
+// A command that cannot start is reported the same way through the API,
+// the SDK and the CLI as by `airlock run` and a shell: not found (400
+// command_not_found; exit 127) or not executable (400 not_executable; exit
+// 126), no process started. Controls: the same calls with a command that
+// exists succeed.
+func TestCommandNotStarted(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	d.sh(t, sb.ID, "printf 'x' > /workspace/data; printf '#!/no/such/interp\n' > /workspace/bad; chmod +x /workspace/bad; printf '#!/bin/sh\\necho ok\\n' > /workspace/good; chmod +x /workspace/good")
+	before, _ := d.c.ListProcesses(ctx, sb.ID)
+	for _, c := range []struct {
+		argv   []string
+		code   string
+		target error
+		exit   int
+	}{
+		{[]string{"no-such-command"}, api.CodeCommandNotFound, client.ErrCommandNotFound, 127},
+		{[]string{"/workspace/no/such/cmd"}, api.CodeCommandNotFound, client.ErrCommandNotFound, 127},
+		{[]string{"/workspace/data"}, api.CodeNotExecutable, client.ErrNotExecutable, 126},
+		{[]string{"/workspace"}, api.CodeNotExecutable, client.ErrNotExecutable, 126},
+		{[]string{"/workspace/bad"}, api.CodeNotExecutable, client.ErrNotExecutable, 126},
+	} {
+		name := c.argv[0]
+		_, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: c.argv})
+		wantCode(t, name, err, http.StatusBadRequest)
+		var e *client.Error
+		if errors.As(err, &e); e.Code != c.code || !errors.Is(err, c.target) || !errors.Is(err, client.ErrInvalid) || !strings.Contains(e.Message, name) {
+			t.Errorf("exec %s: %v, want code %s naming the command", name, err, c.code)
+		}
+		if _, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: c.argv}); !errors.Is(err, c.target) {
+			t.Errorf("start %s: %v, want %v", name, err, c.target)
+		}
+		s, err := d.c.PTY(ctx, sb.ID, api.PTYStart{ExecRequest: api.ExecRequest{Argv: c.argv}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go io.Copy(io.Discard, s)
+		exit, err := s.Wait()
+		s.Close()
+		if !errors.Is(err, c.target) || exit.ExitCode != c.exit || exit.ErrorCode != c.code {
+			t.Errorf("pty %s: %+v %v, want exit %d code %s", name, exit, err, c.exit, c.code)
+		}
+		for _, tty := range []bool{false, true} {
+			args := []string{"exec", sb.ID, "--"}
+			if tty {
+				args = []string{"exec", "-t", sb.ID, "--"}
+			}
+			cmd := exec.Command(airlockBin, append(args, c.argv...)...)
+			cmd.Env = append(os.Environ(), "AIRLOCK_HOST=unix://"+d.sock)
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != c.exit || strings.Count(strings.TrimSpace(errb.String()), "\n") != 0 || !strings.Contains(errb.String(), name) {
+				t.Errorf("airlock %v: %v, stderr %q; want exit %d and one line naming the command", args, err, errb.String(), c.exit)
+			}
+		}
+	}
+	after, _ := d.c.ListProcesses(ctx, sb.ID)
+	if len(after) != len(before) {
+		t.Errorf("commands that could not start left processes: %d -> %d", len(before), len(after))
+	}
+	// Controls.
+	for _, argv := range [][]string{{"true"}, {"/workspace/good"}} {
+		if res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: argv}); err != nil || res.ExitCode != 0 {
+			t.Errorf("control exec %v: %+v %v", argv, res, err)
+		}
+		cmd := exec.Command(airlockBin, append([]string{"exec", sb.ID, "--"}, argv...)...)
+		cmd.Env = append(os.Environ(), "AIRLOCK_HOST=unix://"+d.sock)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("control airlock exec %v: %v %q", argv, err, out)
+		}
+		s, err := d.c.PTY(ctx, sb.ID, api.PTYStart{ExecRequest: api.ExecRequest{Argv: argv}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go io.Copy(io.Discard, s)
+		if exit, err := s.Wait(); err != nil || exit.ExitCode != 0 {
+			t.Errorf("control pty %v: %+v %v", argv, exit, err)
+		}
+		s.Close()
 	}
 }

@@ -179,10 +179,32 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 		return fail(ctx.Err())
 	}
 	if p.startErr != nil {
-		return fail(errors.New(p.startErr.Message))
+		return fail(startError(p.startErr))
 	}
 	return p, nil
 }
+
+// startError is the error of an exec the agent could not start, with the
+// runtime's kind for a command that is missing or not executable.
+func startError(e *agent.Error) error {
+	switch e.Kind {
+	case agent.KindNoCommand:
+		return &kindedError{e.Message, runtime.ErrCommandNotFound}
+	case agent.KindNotExecutable:
+		return &kindedError{e.Message, runtime.ErrNotExecutable}
+	}
+	return errors.New(e.Message)
+}
+
+// kindedError is a message that matches a kind through errors.Is without
+// repeating its name.
+type kindedError struct {
+	msg  string
+	kind error
+}
+
+func (e *kindedError) Error() string { return e.msg }
+func (e *kindedError) Unwrap() error { return e.kind }
 
 // Kill implements runtime.Sandbox.
 func (sb *sandbox) Kill() error {
