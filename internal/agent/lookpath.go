@@ -80,3 +80,28 @@ func forkExecError(name, path, dir string, err error) error {
 	}
 	return &execError{"", msg}
 }
+
+// StartFailure is how a runtime that starts commands itself (the gVisor
+// guest) classifies a command that cannot start, exactly as the agent does:
+// resolved against env's PATH, or the error of the exec of path (dir is the
+// working directory). code is the shell's: 127 not found, 126 not
+// executable.
+func StartFailure(name string, env []string, path, dir string, execErr error) (code int, msg string) {
+	var err error
+	if execErr == nil {
+		if _, err = lookPath(name, env); err == nil {
+			return 0, ""
+		}
+	} else {
+		err = forkExecError(name, path, dir, execErr)
+	}
+	var ee *execError
+	if errors.As(err, &ee) && ee.kind == KindNoCommand {
+		return 127, ee.msg
+	}
+	return 126, err.Error()
+}
+
+// LookPath resolves name against env's PATH like the agent does (a name
+// with a slash is returned as is).
+func LookPath(name string, env []string) (string, error) { return lookPath(name, env) }

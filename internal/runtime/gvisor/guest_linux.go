@@ -9,13 +9,12 @@ package gvisor
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
+	"github.com/airlock-dev/airlock/internal/agent"
 	"io"
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -117,13 +116,9 @@ func ExecMain() {
 			env = append(env, kv)
 		}
 	}
-	path, err := lookPath(argv[0], env)
+	path, err := agent.LookPath(argv[0], env)
 	if err != nil {
-		code := 127
-		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EISDIR) {
-			code = 126
-		}
-		fail(code, err.Error())
+		fail(agent.StartFailure(argv[0], env, "", "", nil))
 	}
 	if withSeccomp {
 		raw, err := os.ReadFile(guestSeccomp)
@@ -161,67 +156,13 @@ func ExecMain() {
 	unix.Write(statusFD, []byte("ok\n"))
 	unix.CloseOnExec(statusFD)
 	err = unix.Exec(path, argv, env)
-	code := 126
-	if errors.Is(err, unix.ENOENT) {
-		code = 127
-	}
-	fail(code, fmt.Sprintf("exec %s: %v", argv[0], err))
+	fail(agent.StartFailure(argv[0], env, path, "", err))
 }
 
 func fail(code int, msg string) {
 	f := os.NewFile(statusFD, "status")
 	fmt.Fprintf(f, "%d %s\n", code, strings.ReplaceAll(msg, "\n", " "))
 	os.Exit(code)
-}
-
-// lookPath resolves file against PATH from the command's environment.
-func lookPath(file string, env []string) (string, error) {
-	check := func(p string) error {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return err
-		}
-		if fi.IsDir() {
-			return &os.PathError{Op: "exec", Path: p, Err: unix.EISDIR}
-		}
-		if fi.Mode()&0o111 == 0 {
-			return &os.PathError{Op: "exec", Path: p, Err: unix.EACCES}
-		}
-		return nil
-	}
-	if strings.Contains(file, "/") {
-		if err := check(file); err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return "", fmt.Errorf("%s: not found", file)
-			}
-			return "", err
-		}
-		return file, nil
-	}
-	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
-		}
-	}
-	var denied error
-	for _, dir := range filepath.SplitList(path) {
-		if dir == "" {
-			dir = "."
-		}
-		p := filepath.Join(dir, file)
-		err := check(p)
-		if err == nil {
-			return p, nil
-		}
-		if denied == nil && errors.Is(err, unix.EACCES) {
-			denied = err
-		}
-	}
-	if denied != nil {
-		return "", denied
-	}
-	return "", fmt.Errorf("exec %s: executable file not found in $PATH", file)
 }
 
 // runAsInit is ExecMain as the container's PID 1 (one-shot sandboxes): it
@@ -241,11 +182,7 @@ func runAsInit(path string, argv, env []string, tty bool) {
 	}
 	pid, err := syscall.ForkExec(path, argv, attr)
 	if err != nil {
-		code := 126
-		if errors.Is(err, unix.ENOENT) {
-			code = 127
-		}
-		fail(code, fmt.Sprintf("exec %s: %v", argv[0], err))
+		fail(agent.StartFailure(argv[0], env, path, "", err))
 	}
 	unix.Write(statusFD, []byte("ok\n"))
 	unix.Close(statusFD)

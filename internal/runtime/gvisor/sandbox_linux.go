@@ -690,6 +690,14 @@ type startError struct {
 
 func (e *startError) Error() string { return e.msg }
 
+// Unwrap gives the kind callers test for (exit codes 127 and 126).
+func (e *startError) Unwrap() error {
+	if e.code == 127 {
+		return runtime.ErrCommandNotFound
+	}
+	return runtime.ErrNotExecutable
+}
+
 // needsPipe reports a regular file opened without O_APPEND.
 func needsPipe(f *os.File) bool {
 	var st unix.Stat_t
