@@ -170,7 +170,7 @@ func TestDefaultActions(t *testing.T) {
 			// Allowed basics.
 			for _, n := range []string{"read", "write", "openat", "close", "mmap", "futex", "execve",
 				"rt_sigreturn", "sigaltstack", "sched_yield", "epoll_pwait", "pidfd_open", "statx",
-				"openat2", "faccessat2", "close_range", "copy_file_range", "connect", "bind", "listen",
+				"faccessat2", "close_range", "copy_file_range", "connect", "bind", "listen",
 				"accept4", "sendmsg", "recvmmsg", "memfd_create", "landlock_create_ruleset", "seccomp",
 				"prctl", "capset", "setuid", "mbind", "set_mempolicy", "move_pages", "pkey_alloc",
 				"rseq", "getrandom", "wait4", "waitid", "tgkill", "timer_create", "madvise"} {
@@ -302,6 +302,21 @@ func TestDefaultActions(t *testing.T) {
 			f.expect(t, wantEPERM, "personality", readImplExec)
 			f.expect(t, wantEPERM, "personality", 0x0800000) // ADDR_LIMIT_32BIT
 			f.expect(t, wantEPERM, "personality", 0xfffffffe)
+
+			// Set-id bits: refused in every mode argument, next to the
+			// same call without them. Open without O_CREAT ignores mode.
+			f.expect(t, wantAllow, "fchmodat", 0, 0, 0o755)
+			f.expect(t, wantEPERM, "fchmodat", 0, 0, 0o4755)
+			f.expect(t, wantEPERM, "fchmodat", 0, 0, 0o2755)
+			f.expect(t, wantAllow, "fchmod", 3, 0o644)
+			f.expect(t, wantEPERM, "fchmod", 3, 0o6755)
+			f.expect(t, wantAllow, "mknodat", 0, 0, 0o100644)
+			f.expect(t, wantEPERM, "mknodat", 0, 0, 0o104755)
+			f.expect(t, wantAllow, "openat", 0, 0, oCreat, 0o755)
+			f.expect(t, wantEPERM, "openat", 0, 0, oCreat|1, 0o4755)
+			f.expect(t, wantEPERM, "openat", 0, 0, oTmpfile|0o200000|2, 0o2755)
+			f.expect(t, wantAllow, "openat", 0, 0, 0, 0o4755) // no O_CREAT: mode unused
+			f.expect(t, wantENOSYS, "openat2", 0, 0, 0, 24)
 		})
 	}
 }

@@ -143,15 +143,15 @@ var defaultAllow = []string{
 	"sysinfo", "time", "timer_create", "timer_delete", "timer_getoverrun", "timer_gettime",
 	"timer_settime", "timerfd_create", "timerfd_gettime", "timerfd_settime", "times",
 	// files and directories
-	"access", "chdir", "chmod", "chown", "close", "close_range", "copy_file_range", "creat", "dup",
+	"access", "chdir", "chown", "close", "close_range", "copy_file_range", "dup",
 	"dup2", "dup3", "faccessat", "faccessat2", "fadvise64", "fallocate", "fanotify_mark", "fchdir",
-	"fchmod", "fchmodat", "fchmodat2", "fchown", "fchownat", "fcntl", "fdatasync", "fgetxattr",
+	"fchown", "fchownat", "fcntl", "fdatasync", "fgetxattr",
 	"file_getattr", "file_setattr", "flistxattr", "flock", "fremovexattr", "fsetxattr", "fstat",
 	"fstatfs", "fsync", "ftruncate", "futimesat", "getcwd", "getdents", "getdents64", "getxattr",
 	"getxattrat", "inotify_add_watch", "inotify_init", "inotify_init1", "inotify_rm_watch",
 	"lchown", "lgetxattr", "link", "linkat", "listxattr", "listxattrat", "llistxattr",
-	"lremovexattr", "lseek", "lsetxattr", "lstat", "mkdir", "mkdirat", "mknod", "mknodat",
-	"newfstatat", "open", "openat", "openat2", "pipe", "pipe2", "pread64", "preadv", "preadv2",
+	"lremovexattr", "lseek", "lsetxattr", "lstat", "mkdir", "mkdirat",
+	"newfstatat", "pipe", "pipe2", "pread64", "preadv", "preadv2",
 	"pwrite64", "pwritev", "pwritev2", "read", "readahead", "readlink", "readlinkat", "readv",
 	"removexattr", "removexattrat", "rename", "renameat", "renameat2", "rmdir", "sendfile",
 	"setxattr", "setxattrat", "splice", "stat", "statfs", "statx", "symlink", "symlinkat", "sync",
@@ -175,6 +175,37 @@ func eq32(arg int, v uint64) Cond         { return Cond{Arg: arg, Value: v, Low3
 func masked32(arg int, m, v uint64) Cond  { return Cond{Arg: arg, Mask: m, Value: v, Low32: true} }
 func allowIf(note string, c ...Cond) Case { return Case{When: c, Action: ActionAllow, Note: note} }
 func denyIf(note string, c ...Cond) Case  { return Case{When: c, Action: ActionEPERM, Note: note} }
+
+// Mode bits and open flags of the set-id rules.
+const (
+	sISUID   = 0o4000
+	sISGID   = 0o2000
+	oCreat   = 0o100
+	oTmpfile = 0o20000000 // __O_TMPFILE, without O_DIRECTORY
+)
+
+// noSetID refuses a mode argument with the setuid or setgid bit.
+func noSetID(mode int) []Case {
+	return []Case{
+		denyIf("S_ISUID", masked32(mode, sISUID, sISUID)),
+		denyIf("S_ISGID", masked32(mode, sISGID, sISGID)),
+	}
+}
+
+// noSetIDCreate refuses an open that creates a file (O_CREAT, O_TMPFILE)
+// with the setuid or setgid bit in its mode.
+func noSetIDCreate(flags, mode int) []Case {
+	var out []Case
+	for _, f := range []struct {
+		name string
+		bit  uint64
+	}{{"O_CREAT", oCreat}, {"O_TMPFILE", oTmpfile}} {
+		out = append(out,
+			denyIf(f.name+" S_ISUID", masked32(flags, f.bit, f.bit), masked32(mode, sISUID, sISUID)),
+			denyIf(f.name+" S_ISGID", masked32(flags, f.bit, f.bit), masked32(mode, sISGID, sISGID)))
+	}
+	return out
+}
 
 // defaultRules returns fresh copies of the argument rules.
 func defaultRules() []Rule {
@@ -211,6 +242,23 @@ func defaultRules() []Rule {
 			allowIf("UNAME26", eq32(0, perUname26)),
 			allowIf("PER_LINUX32|UNAME26", eq32(0, perLinux32Un26)),
 		}, Else: ActionEPERM},
+		// Setuid and setgid bits: every mount inside is nosuid, so inside
+		// they mean nothing, but a file made in a root-owned workspace or
+		// writable bind belongs to host root (idmapped), where a setuid
+		// bit would hand host root to whoever runs it. Refused when set
+		// (chmod family, creat, mknod) or asked for with O_CREAT or
+		// O_TMPFILE; openat2 passes its mode in memory the filter cannot
+		// read, so it is ENOSYS (glibc and Go fall back to openat).
+		{Syscall: "chmod", Cases: noSetID(1), Else: ActionAllow},
+		{Syscall: "fchmod", Cases: noSetID(1), Else: ActionAllow},
+		{Syscall: "fchmodat", Cases: noSetID(2), Else: ActionAllow},
+		{Syscall: "fchmodat2", Cases: noSetID(2), Else: ActionAllow},
+		{Syscall: "creat", Cases: noSetID(1), Else: ActionAllow},
+		{Syscall: "mknod", Cases: noSetID(1), Else: ActionAllow},
+		{Syscall: "mknodat", Cases: noSetID(2), Else: ActionAllow},
+		{Syscall: "open", Cases: noSetIDCreate(1, 2), Else: ActionAllow},
+		{Syscall: "openat", Cases: noSetIDCreate(2, 3), Else: ActionAllow},
+		{Syscall: "openat2", Else: ActionENOSYS},
 		{Syscall: "socket", Cases: socket, Else: ActionEPERM},
 		{Syscall: "socketpair", Cases: []Case{allowIf("AF_UNIX", eq32(0, afUnix))}, Else: ActionEPERM},
 	}
