@@ -444,7 +444,8 @@ const maxHops = 40
 // within its top-level entry: its target is relative and, resolved one
 // name at a time from the link's directory, following the pending links it
 // meets (none skipped, none absolute) and lexically past a name that does
-// not exist, never climbs above that entry. A link at the top level leads
+// not exist (but never climbing back out of one), never climbs above that
+// entry. A link at the top level leads
 // out of itself.
 func (x *extraction) leadsInside(name string) bool {
 	top, rest, ok := strings.Cut(name, "/")
@@ -467,7 +468,11 @@ func (x *extraction) leadsInside(name string) bool {
 		case "", ".":
 			continue
 		case "..":
-			if len(cur) == 0 {
+			// After a name the archive does not have, the path is only
+			// text: on the host that name may be something else (a link
+			// an earlier download left in the destination), and climbing
+			// out of it could lead anywhere.
+			if len(cur) == 0 || missing {
 				return false
 			}
 			cur = cur[:len(cur)-1]

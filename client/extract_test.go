@@ -287,3 +287,46 @@ func TestDownloadTo(t *testing.T) {
 		t.Fatalf("dst a link: %v (%d requests)", err, requests-n)
 	}
 }
+
+// TestUntarTwiceNoEscape: a link checked as text past a name its archive
+// lacks could climb out through a link an earlier download left in the same
+// destination. Control: the earlier download's link itself is kept.
+func TestUntarTwiceNoEscape(t *testing.T) {
+	dst := t.TempDir()
+	secret := filepath.Join(filepath.Dir(dst), "SECRET-"+filepath.Base(dst))
+	if err := os.WriteFile(secret, []byte("host"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(secret)
+	first := tarOf(t,
+		&tar.Header{Name: "top/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "top/x/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "top/x/y/", Typeflag: tar.TypeDir, Mode: 0o755},
+		link("top/x/y/d", "../.."), // top itself: inside
+	)
+	if x, err := UntarTo(dst, bytes.NewReader(first), DownloadOptions{}); err != nil || len(x.SkippedLinks) != 0 {
+		t.Fatalf("first download: %v, skipped %v", err, x)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "top/x/y/d")); err != nil {
+		t.Fatalf("control: the first download's link: %v", err)
+	}
+	second := tarOf(t,
+		&tar.Header{Name: "top/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "top/x/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "top/x/y/", Typeflag: tar.TypeDir, Mode: 0o755},
+		link("top/x/y/l", "d/../../../"+filepath.Base(secret)),
+	)
+	x, err := UntarTo(dst, bytes.NewReader(second), DownloadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(x.SkippedLinks) != 1 {
+		t.Errorf("skipped %v, want top/x/y/l", x.SkippedLinks)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "top/x/y/l")); err == nil {
+		t.Fatalf("a link from the second download reads a host file: %q", b)
+	}
+	if l := leaving(t, filepath.Join(dst, "top")); len(l) != 0 {
+		t.Errorf("links that lead out of the tree: %v", l)
+	}
+}
