@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -274,7 +275,9 @@ func warnSkipped(w io.Writer, skipped []client.SkippedLink) {
 			fmt.Fprintf(w, "  ... and %d more\n", len(skipped)-maxListed)
 			break
 		}
-		fmt.Fprintf(w, "  %s -> %s\n", l.Name, l.Target)
+		// Names and targets are the sandbox's: quoted, so no control
+		// character reaches the terminal.
+		fmt.Fprintf(w, "  %s -> %s\n", strconv.Quote(l.Name), strconv.Quote(l.Target))
 	}
 }
 

@@ -182,8 +182,15 @@ func TestWarnSkipped(t *testing.T) {
 		t.Errorf("nothing skipped, yet: %q", b.String())
 	}
 	warnSkipped(&b, []client.SkippedLink{{Name: "out/a", Target: "/etc/shadow"}})
-	if got := b.String(); !strings.Contains(got, "left out 1 symbolic link that leads out") || !strings.Contains(got, "  out/a -> /etc/shadow\n") {
+	if got := b.String(); !strings.Contains(got, "left out 1 symbolic link that leads out") || !strings.Contains(got, "  \"out/a\" -> \"/etc/shadow\"\n") {
 		t.Errorf("one: %q", got)
+	}
+	// The names are the sandbox's: no control character reaches the
+	// terminal.
+	b.Reset()
+	warnSkipped(&b, []client.SkippedLink{{Name: "out/\x1b]52;c;AAAA\x07", Target: "\x1b[2J"}})
+	if got := b.String(); strings.ContainsAny(got, "\x1b\x07") || !strings.Contains(got, `\x1b`) {
+		t.Errorf("control characters: %q", got)
 	}
 	var many []client.SkippedLink
 	for i := range 25 {
