@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"golang.org/x/sys/unix"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,12 +65,21 @@ func TestInitProgramSealed(t *testing.T) {
 		f.Close()
 		t.Fatal("the init's program could be opened for writing")
 	}
-	// The control: the same file opens for reading.
+	// A running program refuses writers anyway (ETXTBSY): the seals are
+	// what keep it unwritable once it no longer runs, so read them.
 	f, err := os.Open("/proc/" + initPid + "/exe")
 	if err != nil {
 		t.Fatalf("control: open the init's program for reading: %v", err)
 	}
-	f.Close()
+	defer f.Close()
+	seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0)
+	if err != nil {
+		t.Fatalf("F_GET_SEALS: %v", err)
+	}
+	want := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	if seals&want != want {
+		t.Fatalf("the init's memfd has seals %#x, want %#x", seals, want)
+	}
 }
 
 // TestInitProgramRefusesOtherBuild: the embedded init runs only for the
