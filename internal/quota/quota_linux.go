@@ -324,7 +324,20 @@ func (vs *Volumes) Sweep(keep func(name string) bool) {
 	seen := map[string]bool{}
 	for _, e := range entries {
 		name := strings.TrimSuffix(e.Name(), ".img")
-		if strings.HasPrefix(name, ".") || seen[name] {
+		if seen[name] {
+			continue
+		}
+		if pid, ok := strings.CutPrefix(name, ".probe-"); ok && !seen[name] {
+			// A test volume of a daemon killed while it checked the
+			// host: removed once that process is gone.
+			seen[name] = true
+			if n, err := strconv.Atoi(pid); err == nil && unix.Kill(n, 0) == unix.ESRCH {
+				p := filepath.Join(vs.dir, name)
+				(&Volume{Kind: KindLoop, Path: p, Image: p + ".img"}).Remove()
+			}
+			continue
+		}
+		if strings.HasPrefix(name, ".") {
 			continue
 		}
 		seen[name] = true

@@ -2,7 +2,9 @@ package quota
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -251,5 +253,35 @@ func BenchmarkVolume(b *testing.B) {
 		if err := v.Remove(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestProbeSweep: a test volume left by a daemon killed during Open is
+// removed once its process is gone; one whose process lives is kept.
+func TestProbeSweep(t *testing.T) {
+	vs := openOrSkip(t, filepath.Join(t.TempDir(), "vols"), 0)
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	left, err := vs.create(fmt.Sprintf(".probe-%d", dead.Process.Pid), 8<<20, 0, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer left.Remove()
+	live, err := vs.create(fmt.Sprintf(".probe-%d", os.Getpid()), 8<<20, 0, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Remove()
+	vs.Sweep(func(string) bool { return true })
+	if mounted(t, left.Path) {
+		t.Errorf("Sweep left the test volume of a process that is gone")
+	}
+	if _, err := os.Lstat(left.Image); !os.IsNotExist(err) {
+		t.Errorf("Sweep left %s", left.Image)
+	}
+	if !mounted(t, live.Path) {
+		t.Errorf("control: Sweep removed the test volume of a live process")
 	}
 }
