@@ -265,11 +265,14 @@ func (m *Manager) reapProc(p *proc) {
 // execError classifies an exec failure.
 func execError(id, cmd string, err error) error {
 	msg := err.Error()
+	// The agent's message repeats the command ("exec NAME: why"): keep
+	// only why, since the command is quoted (and capped) already.
+	why := strings.TrimPrefix(msg, "exec "+cmd+": ")
 	switch {
 	case errors.Is(err, runtime.ErrCommandNotFound):
-		return fmt.Errorf("sandbox %s: %s: command not found (%v): %w", id, errdefs.Quote(cmd), err, errdefs.ErrCommandNotFound)
+		return fmt.Errorf("sandbox %s: %s: command not found (%s): %w", id, errdefs.Quote(cmd), why, errdefs.ErrCommandNotFound)
 	case errors.Is(err, runtime.ErrNotExecutable):
-		return fmt.Errorf("sandbox %s: %s: command not executable (%v): %w", id, errdefs.Quote(cmd), err, errdefs.ErrNotExecutable)
+		return fmt.Errorf("sandbox %s: %s: command not executable (%s): %w", id, errdefs.Quote(cmd), why, errdefs.ErrNotExecutable)
 	case strings.Contains(msg, "chdir"):
 		return fmt.Errorf("sandbox %s: working directory: %v: %w", id, err, errdefs.ErrInvalid)
 	case strings.Contains(msg, "permission denied") || strings.Contains(msg, "not a directory"):
