@@ -38,7 +38,7 @@ type proc struct {
 	rp       runtime.Process // nil for a process that ended before an adoption
 	timedOut atomic.Bool
 	done     chan struct{} // closed when it has ended
-	stdinMu  sync.Mutex    // held by each writer of its stdin, in turn
+	stdinMu  turnLock      // held by each writer of its stdin, in turn
 
 	mu          sync.Mutex
 	rec         store.Process
@@ -230,9 +230,9 @@ func (m *Manager) start(ctx context.Context, id string, req *api.ExecRequest, tt
 		// Fed in the background, yet before any later write: the process
 		// may write more meanwhile than the agent buffers, and its output
 		// waits for a reader, who can attach only once start returns.
-		p.stdinMu.Lock()
+		p.stdinMu.lock(context.Background())
 		go func() {
-			defer p.stdinMu.Unlock()
+			defer p.stdinMu.unlock()
 			ctx := context.WithoutCancel(ctx)
 			if len(req.Stdin) > 0 {
 				if err := sw.WriteStdin(ctx, req.Stdin); err != nil {
@@ -543,16 +543,21 @@ func (m *Manager) Stdin(ctx context.Context, id, pid string, r io.Reader, closeA
 			return conflict("process %s: stdin is already closed", pid)
 		}
 		go func() {
-			p.stdinMu.Lock()
-			defer p.stdinMu.Unlock()
+			p.stdinMu.lock(context.Background())
+			defer p.stdinMu.unlock()
 			if err := sw.CloseStdin(context.WithoutCancel(ctx)); err != nil {
 				m.log.Warn("close stdin", "sandbox", id, "process", pid, "err", err)
 			}
 		}()
 		return nil
 	}
-	p.stdinMu.Lock()
-	defer p.stdinMu.Unlock()
+	// A write waits behind the ones before it (the start's own stdin may be
+	// held by a process that does not read), but never past its request: a
+	// client that gave up does not leave its handler parked here.
+	if err := p.stdinMu.lock(ctx); err != nil {
+		return fmt.Errorf("stdin: waiting behind an earlier write: %w", err)
+	}
+	defer p.stdinMu.unlock()
 	if p.stdinClosing() {
 		return conflict("process %s: stdin is closed", pid)
 	}
@@ -575,6 +580,27 @@ func (m *Manager) Stdin(ctx context.Context, id, pid string, r io.Reader, closeA
 	}
 	return nil
 }
+
+// turnLock is a mutex whose waiters can give up with their context.
+type turnLock struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (l *turnLock) init() { l.once.Do(func() { l.ch = make(chan struct{}, 1) }) }
+
+// lock takes the lock, or returns ctx's error if ctx ends first.
+func (l *turnLock) lock(ctx context.Context) error {
+	l.init()
+	select {
+	case l.ch <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *turnLock) unlock() { <-l.ch }
 
 // closeStdin marks the process's stdin as closing; false if it already was.
 func (p *proc) closeStdin() bool {

@@ -4,6 +4,7 @@ package serve
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -346,5 +347,54 @@ func TestCommandNotStarted(t *testing.T) {
 			t.Errorf("control pty %v: %+v %v", argv, exit, err)
 		}
 		s.Close()
+	}
+}
+
+// TestStdinWaitGivesUp: a stdin write queued behind another one (here the
+// start's own stdin, held by a process that never reads) returns when its
+// client gives up, instead of parking its handler until the process reads
+// or ends. Control: a write to a process that reads goes through.
+func TestStdinWaitGivesUp(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	// A pipe holds 64 KiB: the rest of the start's stdin waits in the
+	// daemon, holding the process's stdin turn.
+	big := bytes.Repeat([]byte("x"), 2<<20)
+	sl, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sleep", "600"}, Stdin: big})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := d.metric(t, "go_goroutines")
+	for i := 0; i < 20; i++ {
+		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := d.c.WriteStdin(wctx, sb.ID, sl.ID, strings.NewReader("more\n"), false)
+		cancel()
+		if err == nil {
+			t.Fatalf("write %d behind a blocked stdin succeeded", i)
+		}
+	}
+	// Each abandoned write held a handler and its goroutines; they go once
+	// the daemon sees the client gone.
+	var now float64
+	deadline := time.Now().Add(20 * time.Second)
+	for now = d.metric(t, "go_goroutines"); now > base+5 && time.Now().Before(deadline); now = d.metric(t, "go_goroutines") {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if now > base+5 {
+		t.Fatalf("goroutines: %v before 20 abandoned stdin writes, still %v after", base, now)
+	}
+
+	// Control: a reader's stdin takes writes.
+	cat, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "head -c 5 >/dev/null; echo got"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.c.WriteStdin(ctx, sb.ID, cat.ID, strings.NewReader("hello"), false); err != nil {
+		t.Fatalf("control write: %v", err)
+	}
+	done, err := d.c.WaitProcess(ctx, sb.ID, cat.ID, 30*time.Second)
+	if err != nil || done.ExitCode == nil || *done.ExitCode != 0 {
+		t.Fatalf("control: %+v %v", done, err)
 	}
 }
