@@ -262,9 +262,37 @@ func (b *Bound) makeSpellings() {
 	// Go's %q, as error messages quote what they could not parse.
 	q := strconv.Quote(b.secret)
 	b.spellings = append(b.spellings, q[1:len(q)-1], b.Placeholder)
+	// Inside the base64 of a longer text (a server that encodes the whole
+	// request it got), the secret starts at any offset of a 3-byte group:
+	// the groups made of its bytes alone are spelled the same whatever
+	// surrounds them. At most two bytes at each end stay, in mixed groups.
+	// These come first: where a core is also the whole encoding (a secret
+	// of 3n bytes), its replacement keeps the text decodable.
+	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+		for skip := range 3 {
+			old, new := base64Core(enc, b.secret, skip), base64Core(enc, b.Placeholder, skip)
+			if len(old) >= minBase64Core {
+				b.spellings = append(b.spellings, old, new)
+			}
+		}
+	}
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.RawURLEncoding} {
 		b.spellings = append(b.spellings, enc.EncodeToString([]byte(b.secret)), enc.EncodeToString([]byte(b.Placeholder)))
 	}
+}
+
+// minBase64Core is the shortest base64 core of a secret that is scrubbed:
+// shorter ones (6 bytes of secret) would match unrelated text too often.
+const minBase64Core = 8
+
+// base64Core is the base64 of s's whole 3-byte groups after its first
+// skip bytes.
+func base64Core(enc *base64.Encoding, s string, skip int) string {
+	if skip >= len(s) {
+		return ""
+	}
+	s = s[skip:]
+	return enc.EncodeToString([]byte(s[:len(s)/3*3]))
 }
 
 // lowerHex is a percent-encoded string with lower-case hex digits, as

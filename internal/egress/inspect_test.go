@@ -119,6 +119,8 @@ func newUpstream(t testing.TB, cert *tls.Certificate) *upstream {
 //	/repos/reflect-large  1 MiB of random bytes, the reflection, 2 MiB
 //	                      more, the reflection again, with a Content-Length
 //	/repos/reflect-gzip   the reflection gzip-encoded, whatever was asked
+//	/repos/reflect-b64    the reflection base64-encoded at each of the
+//	                      three offsets of a byte group
 //	/repos/reflect-br     a body said to be brotli-encoded
 //	/repos/nocontent      204, no body
 //	/repos/malformed      a malformed response: the query's key
@@ -186,6 +188,11 @@ func (u *upstream) reflect(w http.ResponseWriter, r *http.Request) bool {
 			conn.Close()
 		}
 		return true
+	case "reflect-b64": // the whole reflection base64-encoded, three times, each shifted by a byte
+		for i := range 3 {
+			body = append(body, base64.StdEncoding.EncodeToString(append(bytes.Repeat([]byte{'#'}, i), dump.Bytes()...))...)
+			body = append(body, '\n')
+		}
 	case "reflect-br":
 		w.Header().Set("Content-Encoding", "br")
 		body = dump.Bytes() // not brotli: the gateway must not look
@@ -864,6 +871,25 @@ func TestScrubBodies(t *testing.T) {
 	want := bytes.ReplaceAll(sent, []byte(special), []byte(ph))
 	if want = bytes.ReplaceAll(want, []byte(leaks[4]), []byte(ph)); !bytes.Equal(body, want) {
 		t.Fatalf("reflect-large: %d bytes, want %d: more than the secret changed", len(body), len(want))
+	}
+	// The whole request base64-encoded, at each offset: the secret's bytes
+	// are in no group of the answer. The control decodes what the server
+	// sent: the secret is there.
+	_, body = get(c, "api.test", h.api.port, "/repos/reflect-b64", map[string]string{"Authorization": "Bearer " + ph})
+	sent = h.api.lastSent()
+	for i, line := range bytes.Split(bytes.TrimSpace(sent), []byte("\n")) {
+		raw, err := base64.StdEncoding.DecodeString(string(line))
+		if err != nil || !bytes.Contains(raw, []byte("Bearer "+special)) {
+			t.Fatalf("control: line %d of what the server sent does not carry the secret (%v)", i, err)
+		}
+	}
+	for i, line := range bytes.Split(bytes.TrimSpace(body), []byte("\n")) {
+		raw, err := base64.StdEncoding.DecodeString(string(line))
+		// At most two bytes at each end of the secret share a group with
+		// what surrounds it; the rest must be gone.
+		if mid := special[2 : len(special)-2]; err != nil || bytes.Contains(raw, []byte(mid)) || !bytes.Contains(raw, []byte("Authorization: Bearer ")) {
+			t.Fatalf("reflect-b64 line %d (%v): the sandbox decodes %q", i, err, raw)
+		}
 	}
 	// Upstream was asked for identity and a whole body; it sent gzip
 	// anyway: the gateway decodes it.
