@@ -472,6 +472,22 @@ func (c *Cgroup) Freeze() error { return c.setFrozen(true, freezeTimeout) }
 // Thaw lets the processes of a frozen cgroup run again.
 func (c *Cgroup) Thaw() error { return c.setFrozen(false, freezeTimeout) }
 
+// Frozen reports whether the cgroup is frozen or freezing (false when it
+// cannot tell: no freezer).
+func (c *Cgroup) Frozen() bool {
+	if c.version == V2 {
+		b, err := os.ReadFile(filepath.Join(c.dirs[0].dir, "cgroup.freeze"))
+		return err == nil && strings.TrimSpace(string(b)) == "1"
+	}
+	dir := c.dirOf("freezer")
+	if dir == "" {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "freezer.state"))
+	st := strings.TrimSpace(string(b))
+	return err == nil && (st == "FROZEN" || st == "FREEZING")
+}
+
 func (c *Cgroup) setFrozen(frozen bool, timeout time.Duration) error {
 	var file, value, want string
 	var done func() (bool, error)

@@ -30,6 +30,7 @@ func (c *Cgroup) Destroy(ctx context.Context) error { return nil }
 func (c *Cgroup) OOMKilled() bool                   { return false }
 func (c *Cgroup) Freeze() error                     { return errNotSupported }
 func (c *Cgroup) Thaw() error                       { return errNotSupported }
+func (c *Cgroup) Frozen() bool                      { return false }
 func (c *Cgroup) Paths() []string                   { return nil }
 
 // SetPids fails: cgroups are Linux only.

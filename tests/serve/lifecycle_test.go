@@ -3,8 +3,11 @@
 package serve
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -136,4 +139,47 @@ func TestTTLAndIdle(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestDeletePaused: deleting a paused sandbox (with a background process)
+// ends it and leaves nothing: no state directory, no cgroup, no process.
+// The control: the same sandbox, resumed, runs commands before the pause.
+func TestDeletePaused(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	if out := d.sh(t, sb.ID, "echo up"); out != "up\n" {
+		t.Fatalf("control: %q", out)
+	}
+	rids := d.stateEntries()
+	if len(rids) != 1 {
+		t.Fatalf("state entries: %v", rids)
+	}
+	var cgs []string
+	for _, pat := range []string{"/sys/fs/cgroup/*/airlock*/" + rids[0], "/sys/fs/cgroup/*/airlock*/*/" + rids[0], "/sys/fs/cgroup/airlock*/" + rids[0]} {
+		m, _ := filepath.Glob(pat)
+		cgs = append(cgs, m...)
+	}
+	if len(cgs) == 0 {
+		t.Fatalf("control: no cgroup named %s found", rids[0])
+	}
+	if _, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sleep", "600"}}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := d.c.Pause(ctx, sb.ID); err != nil || p.State != api.StatePaused {
+		t.Fatalf("pause: %+v %v", p, err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := d.c.DeleteSandbox(dctx, sb.ID); err != nil {
+		t.Fatalf("delete of a paused sandbox: %v", err)
+	}
+	_, err := d.c.GetSandbox(ctx, sb.ID)
+	wantCode(t, "get after delete", err, http.StatusNotFound)
+	eventually(t, 10*time.Second, "the state directory to go", func() bool { return len(d.stateEntries()) == 0 })
+	for _, cg := range cgs {
+		if _, err := os.Stat(cg); err == nil {
+			t.Errorf("cgroup left behind: %s", cg)
+		}
+	}
 }

@@ -260,6 +260,15 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 		if sb.detached {
 			sb.killInit()
 		}
+		// A paused sandbox's agent cannot act, and (cgroup v1) a frozen
+		// process that is sent SIGKILL stays until thawed: kill the init
+		// (its PID namespace goes with it), then thaw.
+		if sb.cg != nil && sb.cg.Frozen() {
+			sb.killInit()
+			if err := sb.cg.Thaw(); err != nil {
+				errs = append(errs, fmt.Errorf("thaw a paused sandbox to end it: %w", err))
+			}
+		}
 		sb.conn.Close()
 		select {
 		case <-sb.exited:
