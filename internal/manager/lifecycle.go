@@ -45,6 +45,9 @@ func (m *Manager) destroy(ctx context.Context, sb *Sandbox, state, reason string
 		return nil
 	}
 	sb.ending = true
+	// Marked before anything closes: a follower whose stream breaks from
+	// here on learns the sandbox was deleted, not that it failed.
+	sb.deleting = reason == "deleted"
 	live := !sb.isFinal()
 	rt, gw := sb.rt, sb.egress
 	sb.egress = nil

@@ -128,6 +128,9 @@ func (m *Manager) Output(ctx context.Context, id, pid string, cur Cursor, follow
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
+				if p.sb.isDeleting() {
+					return deletedUnder(id)
+				}
 				if exited() || p.sb.gone() {
 					return nil // the sandbox ended under us: report the exit
 				}
@@ -174,7 +177,22 @@ func (m *Manager) Output(ctx context.Context, id, pid string, cur Cursor, follow
 	if !exited() {
 		return nil
 	}
+	if p.endedByDelete.Load() {
+		return deletedUnder(id)
+	}
 	return emit(exitEvent(p, cur))
+}
+
+// deletedUnder is how a stream ends when its sandbox was deleted under it.
+func deletedUnder(id string) error {
+	return fmt.Errorf("sandbox %s ended (deleted): %w", id, errdefs.ErrNotFound)
+}
+
+// isDeleting reports a sandbox that a caller deleted (or is deleting).
+func (sb *Sandbox) isDeleting() bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.deleting
 }
 
 // attach returns an attached reader of stream (runtime.OutputAttacher),

@@ -37,8 +37,11 @@ type proc struct {
 	sb       *Sandbox
 	rp       runtime.Process // nil for a process that ended before an adoption
 	timedOut atomic.Bool
-	done     chan struct{} // closed when it has ended
-	stdinMu  turnLock      // held by each writer of its stdin, in turn
+	// endedByDelete: it ended while its sandbox was being deleted (its
+	// followers are told that, not an exit the delete made).
+	endedByDelete atomic.Bool
+	done          chan struct{} // closed when it has ended
+	stdinMu       turnLock      // held by each writer of its stdin, in turn
 
 	mu          sync.Mutex
 	rec         store.Process
@@ -255,6 +258,7 @@ func (m *Manager) reapProc(p *proc) {
 	}
 	if p.end(st, p.timedOut.Load(), time.Now().UTC()) {
 		p.sb.mu.Lock()
+		p.endedByDelete.Store(p.sb.deleting)
 		p.sb.running--
 		p.sb.activity, p.sb.dirty = time.Now().UTC(), true
 		p.sb.mu.Unlock()

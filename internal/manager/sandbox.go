@@ -28,6 +28,7 @@ type Sandbox struct {
 	procs     map[uint64]*proc
 	running   int           // processes started and not yet exited
 	ending    bool          // being stopped, failed or deleted
+	deleting  bool          // ending because a caller deleted it
 	ended     chan struct{} // closed once it is final
 	activity  time.Time
 	dirty     bool // activity not yet written to the store

@@ -398,3 +398,51 @@ func TestStdinWaitGivesUp(t *testing.T) {
 		t.Fatalf("control: %+v %v", done, err)
 	}
 }
+
+// TestFollowThroughDelete: a client following a process's output when its
+// sandbox is deleted gets the output written before, then an error saying
+// the sandbox was deleted (not found), never a made-up exit or an internal
+// error. The control: a follower of a process that exits gets its exit.
+func TestFollowThroughDelete(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	short, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "echo bye; exit 4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exit *api.OutputEvent
+	if err := d.c.FollowOutput(ctx, sb.ID, short.ID, "", func(ev api.OutputEvent) error {
+		if ev.Kind == api.EventExit {
+			exit = &ev
+		}
+		return nil
+	}); err != nil || exit == nil || exit.ExitCode == nil || *exit.ExitCode != 4 {
+		t.Fatalf("control: follow ended with %v, exit %+v", err, exit)
+	}
+	for i := 0; i < 3; i++ {
+		sb := d.create(t, nil)
+		p, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "echo started; exec sleep 600"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		var events []string
+		err = d.c.FollowOutput(ctx, sb.ID, p.ID, "", func(ev api.OutputEvent) error {
+			events = append(events, ev.Kind)
+			if ev.Kind == api.EventStdout {
+				out.Write(ev.Data)
+				if out.String() == "started\n" {
+					go d.c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID)
+				}
+			}
+			return nil
+		})
+		if !errors.Is(err, client.ErrNotFound) || !strings.Contains(err.Error(), "ended (deleted)") {
+			t.Fatalf("run %d: follow through a delete ended with %v (events %v), want not found saying deleted", i, err, events)
+		}
+		if out.String() != "started\n" {
+			t.Fatalf("run %d: output before the delete: %q", i, out.String())
+		}
+	}
+}
