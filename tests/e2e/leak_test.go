@@ -10,13 +10,23 @@ import (
 	"time"
 )
 
+// mountCount counts the host's mounts that are airlock's: those whose
+// mount point lies under one of its directories (/run/airlock/...,
+// /var/lib/airlock/..., /var/cache/airlock/...). Mounts other programs make
+// meanwhile (another test's daemon volumes, runsc) do not count.
 func mountCount(t *testing.T) int {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Count(string(b), "\n")
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.Contains(f[4]+"/", "/airlock/") {
+			n++
+		}
+	}
+	return n
 }
 
 // ourProcesses lists the processes running the binary under test.
