@@ -61,6 +61,9 @@ type Sandbox struct {
 	LastActivityAt     time.Time  `json:"last_activity_at"`
 	EndedAt            *time.Time `json:"ended_at,omitempty"`
 	Resources          Resources  `json:"resources"`
+	// Tenant is the tenant of the API key that created it ("" when made
+	// over the unix socket or with a key that has no tenant).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Resources are a sandbox's limits. Sizes are strings with an optional
@@ -387,6 +390,9 @@ type PTYExit struct {
 type APIKey struct {
 	ID        string     `json:"id"`
 	Name      string     `json:"name,omitempty"`
+	// Tenant: a key with a tenant lists, sees and touches only the
+	// sandboxes made with keys of that tenant; a key without one sees all.
+	Tenant    string     `json:"tenant,omitempty"`
 	Key       string     `json:"key,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
@@ -396,6 +402,9 @@ type APIKey struct {
 // CreateKeyRequest is the body of POST /v1/keys.
 type CreateKeyRequest struct {
 	Name string `json:"name,omitempty"`
+	// Tenant (optional): 1 to 63 of a-z, 0-9, '.', '_', '-', starting with
+	// a letter or digit.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // KeyList is the body of GET /v1/keys.

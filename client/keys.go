@@ -12,8 +12,16 @@ import (
 // over the daemon's unix socket: over TCP, CreateKey, ListKeys and RevokeKey
 // fail with ErrForbidden.
 func (c *Client) CreateKey(ctx context.Context, name string) (*api.APIKey, error) {
+	return c.CreateTenantKey(ctx, name, "")
+}
+
+// CreateTenantKey creates an API key of a tenant: requests bearing it list,
+// see and touch only the sandboxes made with keys of the same tenant (any
+// other sandbox is not found). A tenant of "" makes an operator key, which
+// sees every sandbox, as CreateKey does.
+func (c *Client) CreateTenantKey(ctx context.Context, name, tenant string) (*api.APIKey, error) {
 	var k api.APIKey
-	if err := c.call(ctx, http.MethodPost, api.Version+"/keys", nil, &api.CreateKeyRequest{Name: name}, &k); err != nil {
+	if err := c.call(ctx, http.MethodPost, api.Version+"/keys", nil, &api.CreateKeyRequest{Name: name, Tenant: tenant}, &k); err != nil {
 		return nil, err
 	}
 	return &k, nil

@@ -24,17 +24,23 @@ Keys can be managed only over the daemon's unix socket.`,
 }
 
 func newKeysCreateCmd() *cobra.Command {
-	var name string
+	var name, tenant string
 	cmd := &cobra.Command{
-		Use:   "create [--name NAME]",
+		Use:   "create [--name NAME] [--tenant TENANT]",
 		Short: "Create an API key and print its secret",
+		Long: `Create an API key and print its secret (shown only this once).
+
+A key with --tenant lists, sees and touches only the sandboxes made with
+keys of that tenant, on airlock's API and on the E2B-compatible one alike;
+any other sandbox is "not found" to it. A key without a tenant is an
+operator key and sees every sandbox.`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := newClient(cmd)
 			if err != nil {
 				return err
 			}
-			k, err := c.CreateKey(cmd.Context(), name)
+			k, err := c.CreateTenantKey(cmd.Context(), name, tenant)
 			if err != nil {
 				return apiFail(cmd, c, "keys create", err)
 			}
@@ -44,6 +50,7 @@ func newKeysCreateCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "a name to tell the key by")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "the tenant whose sandboxes alone the key reaches (default: none, an operator key)")
 	addHostFlag(cmd)
 	return cmd
 }
@@ -89,13 +96,15 @@ func printKeys(cmd *cobra.Command, keys []api.APIKey, now time.Time) {
 		return shortDuration(now.Sub(*t)) + " ago"
 	}
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tCREATED\tLAST USED\tREVOKED")
-	for _, k := range keys {
-		name := k.Name
-		if name == "" {
-			name = "-"
+	fmt.Fprintln(tw, "ID\tNAME\tTENANT\tCREATED\tLAST USED\tREVOKED")
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, name, ago(&k.CreatedAt), ago(k.LastUsed), ago(k.RevokedAt))
+		return s
+	}
+	for _, k := range keys {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, dash(k.Name), dash(k.Tenant), ago(&k.CreatedAt), ago(k.LastUsed), ago(k.RevokedAt))
 	}
 	tw.Flush()
 }

@@ -214,6 +214,7 @@ func (m *Manager) assign(ctx context.Context, sb *Sandbox, req *api.CreateSandbo
 	sb.spec = rec
 	r := sb.rec
 	r.Labels, r.Image, r.Policy, r.Spec, r.Pool = req.Labels, rec.Image, rec.PolicyName, rec.marshal(), ""
+	r.Tenant, _ = TenantOf(ctx)
 	r.CreatedAt, r.LastActivity, r.ExpiresAt, r.Deadline, r.IdleTimeout = now, now, &exp, &deadline, idle
 	rt := sb.rt
 	sb.mu.Unlock()

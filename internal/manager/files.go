@@ -16,7 +16,7 @@ const maxPath = 4096
 // them resolve inside the sandbox (its agent does the work there), so
 // `../../etc/passwd` can only ever name the sandbox's own file.
 func (m *Manager) Files(ctx context.Context, id string) (runtime.Files, error) {
-	_, rt, err := m.live(id)
+	_, rt, err := m.live(ctx, id)
 	if err != nil {
 		return nil, err
 	}

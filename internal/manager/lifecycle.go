@@ -119,7 +119,7 @@ func (m *Manager) forget(ctx context.Context, sb *Sandbox) error {
 
 // Get returns a sandbox.
 func (m *Manager) Get(ctx context.Context, id string) (api.Sandbox, error) {
-	sb, err := m.lookup(id)
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -153,7 +153,11 @@ func (m *Manager) List(ctx context.Context, o ListOptions) (api.SandboxList, err
 		return api.SandboxList{}, invalid("limit %d: want 1 to 1000", o.Limit)
 	}
 	notPooled := ""
-	recs, next, err := m.st.ListSandboxes(ctx, store.Filter{States: o.States, Labels: o.Labels, Pool: &notPooled, Limit: o.Limit, Cursor: o.Cursor})
+	f := store.Filter{States: o.States, Labels: o.Labels, Pool: &notPooled, Limit: o.Limit, Cursor: o.Cursor}
+	if t, limited := TenantOf(ctx); limited {
+		f.Tenant = &t
+	}
+	recs, next, err := m.st.ListSandboxes(ctx, f)
 	if err != nil {
 		if errors.Is(err, store.ErrBadCursor) {
 			return api.SandboxList{}, invalid("cursor %s: not a cursor this daemon gave out", errdefs.Quote(o.Cursor))
@@ -177,7 +181,7 @@ func (m *Manager) List(ctx context.Context, o ListOptions) (api.SandboxList, err
 
 // Delete destroys a sandbox and forgets it.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	sb, err := m.lookup(id)
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -201,7 +205,7 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, secs float64) (api.
 	if d == 0 {
 		return api.Sandbox{}, invalid("timeout_seconds: required")
 	}
-	sb, err := m.lookup(id)
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -234,7 +238,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (api.Sandbox, error) {
 }
 
 func (m *Manager) setPaused(ctx context.Context, id string, pause bool) (api.Sandbox, error) {
-	sb, err := m.lookup(id)
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}

@@ -317,8 +317,10 @@ func (m *Manager) snapshot() []*Sandbox {
 	return out
 }
 
-// lookup finds a sandbox that callers may see (not a pool member).
-func (m *Manager) lookup(id string) (*Sandbox, error) {
+// lookup finds a sandbox that the caller (ctx's tenant) may see: not a
+// pool member, and of the caller's tenant unless the caller is the
+// operator. Another tenant's sandbox is "not found", as if it did not exist.
+func (m *Manager) lookup(ctx context.Context, id string) (*Sandbox, error) {
 	m.mu.Lock()
 	sb := m.sandboxes[id]
 	m.mu.Unlock()
@@ -326,9 +328,9 @@ func (m *Manager) lookup(id string) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox %s: %w", errdefs.Quote(id), errdefs.ErrNotFound)
 	}
 	sb.mu.Lock()
-	pooled := sb.rec.Pool != ""
+	hidden := sb.rec.Pool != "" || !maySee(ctx, sb.rec.Tenant)
 	sb.mu.Unlock()
-	if pooled {
+	if hidden {
 		return nil, fmt.Errorf("sandbox %s: %w", errdefs.Quote(id), errdefs.ErrNotFound)
 	}
 	return sb, nil

@@ -65,7 +65,7 @@ func networkEvent(e store.EgressEvent) api.NetworkEvent {
 
 // NetworkEvents returns one page of a sandbox's egress audit, oldest first.
 func (m *Manager) NetworkEvents(ctx context.Context, id string, q NetworkQuery) (api.NetworkEventsPage, error) {
-	sb, err := m.lookup(id)
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return api.NetworkEventsPage{}, err
 	}
@@ -99,7 +99,7 @@ func (m *Manager) NetworkEvents(ctx context.Context, id string, q NetworkQuery) 
 // then on no record is missed. It returns an ErrUnavailable when the
 // daemon shuts down.
 func (m *Manager) FollowNetwork(ctx context.Context, id string, q NetworkQuery, start func(), emit func(api.NetworkEvent) error) error {
-	sb, err := m.lookup(id)
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -209,7 +209,7 @@ func (c *Config) network(rec specRecord) (policy.Network, bool, error) {
 // NetworkPolicy returns a sandbox's network policy now: as created, or as
 // last set with SetNetworkPolicy.
 func (m *Manager) NetworkPolicy(ctx context.Context, id string) (api.NetworkPolicy, error) {
-	sb, err := m.lookup(id)
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return api.NetworkPolicy{}, err
 	}
@@ -240,7 +240,7 @@ func (m *Manager) SetNetworkPolicy(ctx context.Context, id string, np api.Networ
 	if len(np.Allow) > maxNetworkRules || len(np.Deny) > maxNetworkRules || len(np.HTTP) > maxNetworkRules {
 		return api.NetworkPolicy{}, invalid("allow, deny, http: at most %d rules each", maxNetworkRules)
 	}
-	sb, err := m.lookup(id)
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return api.NetworkPolicy{}, err
 	}

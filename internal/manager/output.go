@@ -56,7 +56,7 @@ var ErrDraining = errors.New("the daemon is shutting down")
 // while what it wrote meanwhile fills the agent's buffer, so a slow client
 // slows the process down rather than losing output.
 func (m *Manager) Output(ctx context.Context, id, pid string, cur Cursor, follow bool, emit func(api.OutputEvent) error) error {
-	_, p, err := m.process(id, pid)
+	_, p, err := m.process(ctx, id, pid)
 	if err != nil {
 		return err
 	}

@@ -100,8 +100,8 @@ func (m *Manager) saveProc(ctx context.Context, p *proc) {
 }
 
 // live returns a sandbox that is running, touched, with its runtime.
-func (m *Manager) live(id string) (*Sandbox, runtime.Sandbox, error) {
-	sb, err := m.lookup(id)
+func (m *Manager) live(ctx context.Context, id string) (*Sandbox, runtime.Sandbox, error) {
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -195,7 +195,7 @@ func (m *Manager) execRequest(sb *Sandbox, req *api.ExecRequest, tty bool) (*run
 // start starts a process and tracks it until it ends; req.Stdin is fed
 // to it, then with closeStdin its stdin is closed.
 func (m *Manager) start(ctx context.Context, id string, req *api.ExecRequest, tty, closeStdin bool, rows, cols uint16) (*proc, error) {
-	sb, rt, err := m.live(id)
+	sb, rt, err := m.live(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -419,8 +419,8 @@ func (c *capped) result() []byte {
 }
 
 // process finds a process of a sandbox (running or not).
-func (m *Manager) process(id, pid string) (*Sandbox, *proc, error) {
-	sb, err := m.lookup(id)
+func (m *Manager) process(ctx context.Context, id, pid string) (*Sandbox, *proc, error) {
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -440,7 +440,7 @@ func (m *Manager) process(id, pid string) (*Sandbox, *proc, error) {
 
 // Process returns a process.
 func (m *Manager) Process(ctx context.Context, id, pid string) (api.Process, error) {
-	_, p, err := m.process(id, pid)
+	_, p, err := m.process(ctx, id, pid)
 	if err != nil {
 		return api.Process{}, err
 	}
@@ -449,7 +449,7 @@ func (m *Manager) Process(ctx context.Context, id, pid string) (api.Process, err
 
 // Processes lists a sandbox's processes.
 func (m *Manager) Processes(ctx context.Context, id string) (api.ProcessList, error) {
-	sb, err := m.lookup(id)
+	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return api.ProcessList{}, err
 	}
@@ -470,7 +470,7 @@ func (m *Manager) Processes(ctx context.Context, id string) (api.ProcessList, er
 
 // Wait waits up to d for a process to end.
 func (m *Manager) Wait(ctx context.Context, id, pid string, d time.Duration) (api.Process, error) {
-	_, p, err := m.process(id, pid)
+	_, p, err := m.process(ctx, id, pid)
 	if err != nil {
 		return api.Process{}, err
 	}
@@ -491,7 +491,7 @@ func (m *Manager) Signal(ctx context.Context, id, pid, sig string) error {
 	if err != nil {
 		return err
 	}
-	sb, p, err := m.process(id, pid)
+	sb, p, err := m.process(ctx, id, pid)
 	if err != nil {
 		return err
 	}
@@ -526,7 +526,7 @@ func (m *Manager) runningProc(sb *Sandbox, p *proc) error {
 // a client can close stdin and then attach to the output the process may
 // be waiting to write first.
 func (m *Manager) Stdin(ctx context.Context, id, pid string, r io.Reader, closeAfter bool) error {
-	sb, p, err := m.process(id, pid)
+	sb, p, err := m.process(ctx, id, pid)
 	if err != nil {
 		return err
 	}
@@ -669,8 +669,8 @@ func (m *Manager) PTY(ctx context.Context, id string, req *api.PTYStart) (pid st
 
 // SignalPTY signals a PTY process by id (for the WebSocket's control
 // messages).
-func (m *Manager) SignalPTY(id, pid string, sig syscall.Signal) error {
-	sb, p, err := m.process(id, pid)
+func (m *Manager) SignalPTY(ctx context.Context, id, pid string, sig syscall.Signal) error {
+	sb, p, err := m.process(ctx, id, pid)
 	if err != nil {
 		return err
 	}

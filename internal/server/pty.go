@@ -90,7 +90,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 				if !errors.Is(err, context.Canceled) {
 					// The client went away: end the process with a hangup,
 					// like a closed terminal.
-					s.m.SignalPTY(id, pid, unix.SIGHUP)
+					s.m.SignalPTY(context.WithoutCancel(r.Context()), id, pid, unix.SIGHUP)
 				}
 				return
 			}
@@ -109,7 +109,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 			}
 			if ctl.Signal != "" {
 				if sig, err := manager.ParseSignal(ctl.Signal); err == nil {
-					s.m.SignalPTY(id, pid, sig)
+					s.m.SignalPTY(context.WithoutCancel(r.Context()), id, pid, sig)
 				}
 			}
 		}

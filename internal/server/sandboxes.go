@@ -121,7 +121,10 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Name) > 256 || strings.ContainsAny(req.Name, "\x00\n") {
 		return badRequest("name: up to 256 bytes on one line")
 	}
-	secret, k, err := s.st.CreateKey(r.Context(), req.Name)
+	if req.Tenant != "" && !manager.ValidTenant(req.Tenant) {
+		return badRequest("tenant %s: want 1 to 63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit", errdefs.Quote(req.Tenant))
+	}
+	secret, k, err := s.st.CreateKey(r.Context(), req.Name, req.Tenant)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ var ErrBadKey = errors.New("invalid or revoked API key")
 // stored, only its hash.
 type Key struct {
 	ID, Name  string
+	Tenant    string // "": the operator's key, which sees every sandbox
 	CreatedAt time.Time
 	RevokedAt *time.Time // nil while valid
 	LastUsed  *time.Time // to within a minute; nil if never used
@@ -42,15 +43,16 @@ const (
 // authenticating is not a write per request.
 const lastUsedEvery = time.Minute
 
-// CreateKey creates an API key named name. The returned secret is the whole
-// key, to be shown to its owner once: the store keeps only its hash.
-func (s *Store) CreateKey(ctx context.Context, name string) (secret string, k *Key, err error) {
+// CreateKey creates an API key named name, of tenant ("" for an operator
+// key). The returned secret is the whole key, to be shown to its owner
+// once: the store keeps only its hash.
+func (s *Store) CreateKey(ctx context.Context, name, tenant string) (secret string, k *Key, err error) {
 	raw := make([]byte, 32)
 	rand.Read(raw) // crypto/rand.Read never returns an error
 	sec := base64.RawURLEncoding.EncodeToString(raw)
 	var e timeEnc
 	created := e.at(s.now())
-	k = &Key{Name: name, CreatedAt: decTime(created)}
+	k = &Key{Name: name, Tenant: tenant, CreatedAt: decTime(created)}
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		for range 3 { // 48-bit IDs: a collision is unlikely, but cheap to retry
 			idb := make([]byte, keyIDLen/2)
@@ -59,8 +61,8 @@ func (s *Store) CreateKey(ctx context.Context, name string) (secret string, k *K
 			var one int
 			err := tx.QueryRowContext(ctx, `SELECT 1 FROM api_keys WHERE id = ?`, k.ID).Scan(&one)
 			if errors.Is(err, sql.ErrNoRows) {
-				_, err = tx.ExecContext(ctx, `INSERT INTO api_keys (id, name, hash, created_at) VALUES (?, ?, ?, ?)`,
-					k.ID, name, hashSecret(sec), created)
+				_, err = tx.ExecContext(ctx, `INSERT INTO api_keys (id, name, tenant, hash, created_at) VALUES (?, ?, ?, ?, ?)`,
+					k.ID, name, tenant, hashSecret(sec), created)
 				return err
 			}
 			if err != nil {
@@ -85,7 +87,7 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (*Key, error) {
 	}
 	var hash []byte
 	k, err := scanKey(s.db.QueryRowContext(ctx,
-		`SELECT id, name, created_at, revoked_at, last_used, hash FROM api_keys WHERE id = ?`, id), &hash)
+		`SELECT id, name, tenant, created_at, revoked_at, last_used, hash FROM api_keys WHERE id = ?`, id), &hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("key %s: %w", id, ErrBadKey)
 	}
@@ -117,7 +119,7 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (*Key, error) {
 // ListKeys returns all keys, revoked ones included, oldest first.
 func (s *Store) ListKeys(ctx context.Context) ([]*Key, error) {
 	rows, err := s.db.QueryContext(ctx,
-		`SELECT id, name, created_at, revoked_at, last_used FROM api_keys ORDER BY created_at, id`)
+		`SELECT id, name, tenant, created_at, revoked_at, last_used FROM api_keys ORDER BY created_at, id`)
 	if err != nil {
 		return nil, err
 	}
@@ -172,13 +174,13 @@ func parseKey(key string) (id, sec string, ok bool) {
 	return id, sec, true
 }
 
-// scanKey scans id, name, created_at, revoked_at, last_used and, if extra
+// scanKey scans id, name, tenant, created_at, revoked_at, last_used and, if extra
 // is given, more columns into it.
 func scanKey(sc scanner, extra ...any) (*Key, error) {
 	var k Key
 	var created int64
 	var revoked, used sql.NullInt64
-	if err := sc.Scan(append([]any{&k.ID, &k.Name, &created, &revoked, &used}, extra...)...); err != nil {
+	if err := sc.Scan(append([]any{&k.ID, &k.Name, &k.Tenant, &created, &revoked, &used}, extra...)...); err != nil {
 		return nil, err
 	}
 	k.CreatedAt, k.RevokedAt, k.LastUsed = decTime(created), decTimePtr(revoked), decTimePtr(used)

@@ -585,7 +585,7 @@ func TestKeys(t *testing.T) {
 	now := base
 	s.now = func() time.Time { return now }
 
-	secret, k, err := s.CreateKey(ctx, "ci ünïcødé")
+	secret, k, err := s.CreateKey(ctx, "ci ünïcødé", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -595,7 +595,7 @@ func TestKeys(t *testing.T) {
 	if k.Name != "ci ünïcødé" || !k.CreatedAt.Equal(base) || k.RevokedAt != nil || k.LastUsed != nil {
 		t.Errorf("created key: %+v", k)
 	}
-	secret2, k2, err := s.CreateKey(ctx, "other")
+	secret2, k2, err := s.CreateKey(ctx, "other", "")
 	if err != nil || k2.ID == k.ID || secret2 == secret {
 		t.Fatalf("second key: %v", err)
 	}
@@ -678,7 +678,7 @@ func TestSecretNeverInFile(t *testing.T) {
 	ctx := context.Background()
 	var secrets []string
 	for i := range 20 {
-		secret, _, err := s.CreateKey(ctx, fmt.Sprint("key", i))
+		secret, _, err := s.CreateKey(ctx, fmt.Sprint("key", i), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -723,7 +723,7 @@ func TestPersistsAcrossReopen(t *testing.T) {
 	if err := s.PutProcess(ctx, proc); err != nil {
 		t.Fatal(err)
 	}
-	secret, _, err := s.CreateKey(ctx, "k")
+	secret, _, err := s.CreateKey(ctx, "k", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -814,7 +814,7 @@ func crashChild(path string) {
 			return
 		}
 	}
-	secret, _, err := s.CreateKey(ctx, "k")
+	secret, _, err := s.CreateKey(ctx, "k", "")
 	if err != nil {
 		fmt.Println("error", err)
 		return
@@ -845,7 +845,7 @@ func TestConcurrentWriters(t *testing.T) {
 				_, err = s.GetSandbox(ctx, id)
 				errs <- err
 				if r == 0 {
-					secret, _, err := s.CreateKey(ctx, id)
+					secret, _, err := s.CreateKey(ctx, id, "")
 					errs <- err
 					if err == nil {
 						_, err = s.Authenticate(ctx, secret)
@@ -914,5 +914,73 @@ func TestMigrateHostIDs(t *testing.T) {
 	}
 	if got := mustGet(t, s, "sb-old"); got.HostUID != 100000 || got.HostGID != 100000 {
 		t.Errorf("after SetCreated: %+v", got)
+	}
+}
+
+// TestTenants: keys and sandboxes keep their tenant, the filter selects by
+// it, and a database from before tenants (schema 4) opens with every key
+// and sandbox the operator's.
+func TestTenants(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "airlock.db")
+	old, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migrations[:4] {
+		if _, err := old.Exec(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := old.Exec(`PRAGMA user_version = 4`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Exec(`INSERT INTO sandboxes (id, state, reason, image, policy, pool, created_at, last_activity, idle_timeout)
+		VALUES ('sb-old', 'running', '', '', '', '', 1, 1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if got := mustGet(t, s, "sb-old"); got.Tenant != "" {
+		t.Fatalf("migrated sandbox has tenant %q", got.Tenant)
+	}
+	secret, k, err := s.CreateKey(ctx, "a", "acme")
+	if err != nil || k.Tenant != "acme" {
+		t.Fatalf("create: %+v %v", k, err)
+	}
+	if got, err := s.Authenticate(ctx, secret); err != nil || got.Tenant != "acme" {
+		t.Fatalf("authenticate: %+v %v", got, err)
+	}
+	if keys, err := s.ListKeys(ctx); err != nil || len(keys) != 1 || keys[0].Tenant != "acme" {
+		t.Fatalf("list keys: %+v %v", keys, err)
+	}
+	now := time.Now()
+	mustPut(t, s, &Sandbox{ID: "sb-a", State: "running", Tenant: "acme", CreatedAt: now, LastActivity: now})
+	mustPut(t, s, &Sandbox{ID: "sb-g", State: "running", Tenant: "globex", CreatedAt: now, LastActivity: now})
+	list := func(f Filter) []string {
+		t.Helper()
+		l, _, err := s.ListSandboxes(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, sb := range l {
+			ids = append(ids, sb.ID)
+		}
+		return ids
+	}
+	acme, none := "acme", ""
+	if got := list(Filter{Tenant: &acme}); len(got) != 1 || got[0] != "sb-a" {
+		t.Errorf("acme's: %v", got)
+	}
+	if got := list(Filter{Tenant: &none}); len(got) != 1 || got[0] != "sb-old" {
+		t.Errorf("the operator's own: %v", got)
+	}
+	if got := list(Filter{}); len(got) != 3 {
+		t.Errorf("all: %v", got)
 	}
 }
