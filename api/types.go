@@ -388,8 +388,8 @@ type PTYExit struct {
 // APIKey describes an API key; Key (the secret) is set only in the answer
 // that created it and is never stored by the daemon (only its hash is).
 type APIKey struct {
-	ID        string     `json:"id"`
-	Name      string     `json:"name,omitempty"`
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"`
 	// Tenant: a key with a tenant lists, sees and touches only the
 	// sandboxes made with keys of that tenant; a key without one sees all.
 	Tenant    string     `json:"tenant,omitempty"`

@@ -34,7 +34,7 @@ A key with --tenant lists, sees and touches only the sandboxes made with
 keys of that tenant, on airlock's API and on the E2B-compatible one alike;
 any other sandbox is "not found" to it. A key without a tenant is an
 operator key and sees every sandbox.`,
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := newClient(cmd)
 			if err != nil {
