@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
@@ -54,6 +55,14 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("doctor did not report %q as ok", name)
 		}
 	}
+	// On a cgroup v1 host, the attach cost is reported as the kernel
+	// setting says (absent is not a failure: it costs time, not isolation).
+	if b, err := os.ReadFile("/sys/kernel/rcu_expedited"); err == nil && !fileExists("/sys/fs/cgroup/cgroup.controllers") {
+		ok, found := seen["cgroup v1 attach"]
+		if want := strings.TrimSpace(string(b)) != "0"; !found || ok != want {
+			t.Errorf("cgroup v1 attach: reported %v (found %v), want ok=%v for rcu_expedited=%s", ok, found, want, strings.TrimSpace(string(b)))
+		}
+	}
 	human := airlock(t, opts{}, "doctor")
 	if human.code != 0 || !strings.Contains(human.stdout, "full isolation: yes") {
 		t.Errorf("doctor (human): exit %d\n%s", human.code, human)
@@ -92,3 +101,5 @@ func TestDoctor(t *testing.T) {
 		t.Errorf("doctor as nobody: exit %d, cgroups check failed %v\n%s", r.code, failed, r)
 	}
 }
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
