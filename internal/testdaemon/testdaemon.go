@@ -33,9 +33,10 @@ var (
 )
 
 // Main is a TestMain body: it decides whether the suite can run (root,
-// user namespaces, the go tool), builds airlock once, runs the tests and
-// removes the build. Use it as `func TestMain(m *testing.M) { os.Exit(testdaemon.Main(m, "suite")) }`.
-func Main(m *testing.M, suite string) int {
+// user namespaces, the go tool), builds airlock once, calls each of built
+// (with Bin set), runs the tests and removes the build. Use it as
+// `func TestMain(m *testing.M) { os.Exit(testdaemon.Main(m, "suite")) }`.
+func Main(m *testing.M, suite string, built ...func()) int {
 	switch {
 	case os.Geteuid() != 0:
 		SkipReason = "needs root (the daemon's sandboxes use cgroups)"
@@ -61,6 +62,9 @@ func Main(m *testing.M, suite string) int {
 		fmt.Fprintf(os.Stderr, "%s: build: %v\n", suite, err)
 		return 1
 	}
+	for _, f := range built {
+		f()
+	}
 	return m.Run()
 }
 
@@ -84,23 +88,25 @@ type Daemon struct {
 	Config   string // the configuration file
 	Listen   string // the TCP address from `listen:` in the extra configuration, if any
 	C        *client.Client
-	logs     *lockedBuffer
+	logs     *LockedBuffer
 	cmd      *exec.Cmd
 	exited   chan struct{}
 }
 
-type lockedBuffer struct {
+// LockedBuffer is a bytes.Buffer that several goroutines (a process's
+// stdout and stderr copiers, a test) may use at once.
+type LockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *LockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *LockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
@@ -177,7 +183,7 @@ func Tail(s string, n int) string {
 func (d *Daemon) StartProcess() {
 	d.t.Helper()
 	if d.logs == nil {
-		d.logs = &lockedBuffer{}
+		d.logs = &LockedBuffer{}
 	}
 	d.cmd = exec.Command(Bin, "serve", "--config", d.Config)
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs

@@ -140,7 +140,7 @@ curl -s -m 10 -o /dev/null -w '%%{http_code}' -X POST -H "Authorization: token $
 	if got != "POST /after token "+secret {
 		t.Fatalf("after a restart the server saw %q", got)
 	}
-	if strings.Contains(d.logs.String(), secret) {
+	if strings.Contains(d.Logs(), secret) {
 		t.Fatal("the daemon's log holds the secret")
 	}
 	egressDir := filepath.Join(d.stateDir+"-egress", sb.ID)

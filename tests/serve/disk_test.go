@@ -24,7 +24,7 @@ import (
 // sandbox frees it. A write within the cap works (the control).
 func TestDiskQuota(t *testing.T) {
 	d := startDaemon(t, "")
-	if strings.Contains(d.logs.String(), "workspaces are tmpfs") {
+	if strings.Contains(d.Logs(), "workspaces are tmpfs") {
 		t.Skip("this host cannot make loop volumes (see the daemon's warning); workspaces are tmpfs")
 	}
 	sb := d.create(t, &api.CreateSandboxRequest{Resources: api.Resources{Disk: "16M"}})
@@ -94,7 +94,7 @@ func TestDiskQuotaTmpfs(t *testing.T) {
 // the same request through (the control).
 func TestDiskReserve(t *testing.T) {
 	d := startDaemon(t, "")
-	if strings.Contains(d.logs.String(), "workspaces are tmpfs") {
+	if strings.Contains(d.Logs(), "workspaces are tmpfs") {
 		t.Skip("this host cannot make loop volumes (see the daemon's warning); workspaces are tmpfs")
 	}
 	d.create(t, &api.CreateSandboxRequest{Resources: api.Resources{Disk: "64M"}})

@@ -47,7 +47,7 @@ func TestFollowersAcrossShutdown(t *testing.T) {
 	}()
 	eventually(t, 10*time.Second, "some output", func() bool { return got() != "" })
 	d.restart(syscall.SIGTERM)
-	if strings.Contains(d.logs.String(), "after the grace period") {
+	if strings.Contains(d.Logs(), "after the grace period") {
 		t.Error("a follower held the shutdown for its grace period")
 	}
 	// The follower goes on with the next daemon; then the process is

@@ -62,7 +62,7 @@ time.sleep(1000)
 	eventually(t, 15*time.Second, "the squatter to bind 127.0.0.1:3128", func() bool {
 		return listensOn(squatPid, 3128)
 	})
-	logged := len(d.logs.String())
+	logged := len(d.Logs())
 	d.start()
 
 	ctx := ctxT(t)
@@ -73,7 +73,7 @@ time.sleep(1000)
 	if out := d.sh(t, sb.ID, script); out != want {
 		t.Fatalf("egress after the restart: %q, want %q", out, want)
 	}
-	after := d.logs.String()[logged:]
+	after := d.Logs()[logged:]
 	if !strings.Contains(after, "msg=egress") || !strings.Contains(after, "host=api.test") || !strings.Contains(after, "host=other.test") {
 		t.Fatalf("egress after the restart not audited by the new daemon:\n%s", tail(after, 20))
 	}

@@ -30,7 +30,7 @@ func TestEgress(t *testing.T) {
 	if out != "hello api.test:"+u.Port()+"\n403" {
 		t.Fatalf("egress through the daemon's gateway: %q", out)
 	}
-	if !strings.Contains(d.logs.String(), `msg=egress`) || !strings.Contains(d.logs.String(), "host=other.test") {
+	if !strings.Contains(d.Logs(), `msg=egress`) || !strings.Contains(d.Logs(), "host=other.test") {
 		t.Fatal("egress not audited in the daemon's log")
 	}
 	plain := d.create(t, nil)

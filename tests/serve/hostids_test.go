@@ -113,8 +113,8 @@ func TestHostIDsAcrossRestart(t *testing.T) {
 		if got := d.hostIDs(t, id); got != u {
 			t.Errorf("%s after the restart runs as %d, want %d", id, got, u)
 		}
-		if l, ok := readLease(t, u); !ok || l.Owner != d.cmd.Process.Pid {
-			t.Errorf("lease of %d after the restart: %+v (exists %v), want it held by the new daemon (pid %d)", u, l, ok, d.cmd.Process.Pid)
+		if l, ok := readLease(t, u); !ok || l.Owner != d.Pid() {
+			t.Errorf("lease of %d after the restart: %+v (exists %v), want it held by the new daemon (pid %d)", u, l, ok, d.Pid())
 		}
 	}
 	c := d.create(t, nil)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/testdaemon"
 )
 
 // A second daemon on a data or state directory that a running daemon holds
@@ -23,7 +24,7 @@ import (
 func TestSecondDaemonRefused(t *testing.T) {
 	d := startDaemon(t, "")
 	sb := d.create(t, nil)
-	first := d.cmd.Process.Pid
+	first := d.Pid()
 	dataDir := filepath.Join(d.dir, "data")
 
 	// second starts `airlock serve` on its own socket with the given
@@ -39,7 +40,7 @@ func TestSecondDaemonRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(airlockBin, "serve", "--config", cfg)
-		logs := &lockedBuffer{}
+		logs := &testdaemon.LockedBuffer{}
 		cmd.Stdout, cmd.Stderr = logs, logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

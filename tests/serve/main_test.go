@@ -13,100 +13,38 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"github.com/airlock-dev/airlock/internal/buildtest"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/testdaemon"
 )
 
-var (
-	airlockBin string
-	skipReason string
-)
+var airlockBin string // the binary testdaemon.Main built
 
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
-
-func testMain(m *testing.M) int {
-	switch {
-	case os.Geteuid() != 0:
-		skipReason = "needs root (the daemon's sandboxes use cgroups; host-side oracles)"
-	case !exists("/proc/self/ns/user"):
-		skipReason = "user namespaces are not available"
-	}
-	if _, err := exec.LookPath("go"); err != nil && skipReason == "" {
-		skipReason = "the go tool is not in PATH"
-	}
-	if skipReason != "" {
-		fmt.Println("serve: skipping all tests:", skipReason)
-		return m.Run()
-	}
-	dir, err := os.MkdirTemp("", "airlock-serve-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o755)
-	airlockBin = filepath.Join(dir, "airlock")
-	if err := buildtest.Airlock(airlockBin); err != nil {
-		fmt.Fprintf(os.Stderr, "serve: build: %v\n", err)
-		return 1
-	}
-	return m.Run()
+func TestMain(m *testing.M) {
+	os.Exit(testdaemon.Main(m, "serve", func() { airlockBin = testdaemon.Bin }))
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-func need(t testing.TB) {
-	t.Helper()
-	if skipReason != "" {
-		t.Skip(skipReason)
-	}
-}
+func need(t testing.TB) { t.Helper(); testdaemon.Need(t) }
 
-// daemon is one `airlock serve` process with its own socket, data and
-// state directories.
+// daemon is one `airlock serve` process (internal/testdaemon) with its own
+// socket, data and state directories, under the short names these tests
+// use.
 type daemon struct {
-	t        testing.TB
-	dir      string
-	sock     string
-	stateDir string
-	cfg      string
-	listen   string
-	cmd      *exec.Cmd
-	logs     *lockedBuffer
-	exited   chan struct{}
-	c        *client.Client
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	*testdaemon.Daemon
+	c                                *client.Client // the SDK over the unix socket (a new one after each restart)
+	dir, sock, stateDir, cfg, listen string
 }
 
 // startDaemon starts a daemon with the given extra configuration (YAML
@@ -114,111 +52,21 @@ func (l *lockedBuffer) String() string {
 // end of the test.
 func startDaemon(t testing.TB, extra string) *daemon {
 	t.Helper()
-	need(t)
-	dir, err := os.MkdirTemp("", "airlock-serve-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The sandboxes' inits (unprivileged on the host) must traverse it to
-	// their state directories.
-	os.Chmod(dir, 0o711)
-	d := &daemon{t: t, dir: dir, sock: filepath.Join(dir, "airlock.sock"), stateDir: filepath.Join(dir, "state"), cfg: filepath.Join(dir, "config.yaml")}
-	conf := fmt.Sprintf("socket: %s\ndata_dir: %s\nstate_dir: %s\nlog_level: debug\n%s\n", d.sock, filepath.Join(dir, "data"), d.stateDir, extra)
-	if err := os.WriteFile(d.cfg, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(extra, "\n") {
-		if v, ok := strings.CutPrefix(l, "listen: "); ok {
-			d.listen = strings.TrimSpace(v)
-		}
-	}
-	d.start()
-	t.Cleanup(func() {
-		if d.cmd != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if list, err := d.c.AllSandboxes(ctx, client.ListOptions{}); err == nil {
-				for _, sb := range list {
-					d.c.DeleteSandbox(ctx, sb.ID)
-				}
-			}
-			d.stop(syscall.SIGTERM)
-		}
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", tail(d.logs.String(), 60))
-		}
-		os.RemoveAll(dir)
-	})
-	return d
+	td := testdaemon.Start(t, extra)
+	return &daemon{Daemon: td, c: td.C, dir: td.Dir, sock: td.Sock, stateDir: td.StateDir, cfg: td.Config, listen: td.Listen}
 }
 
-func tail(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func tail(s string, n int) string { return testdaemon.Tail(s, n) }
 
-// start starts the daemon process and waits until it is ready.
-func (d *daemon) start() {
-	d.t.Helper()
-	if d.logs == nil {
-		d.logs = &lockedBuffer{}
-	}
-	d.cmd = exec.Command(airlockBin, "serve", "--config", d.cfg)
-	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
-	if err := d.cmd.Start(); err != nil {
-		d.t.Fatal(err)
-	}
-	d.exited = make(chan struct{})
-	go func(cmd *exec.Cmd, ch chan struct{}) { cmd.Wait(); close(ch) }(d.cmd, d.exited)
-	c, err := client.New("unix://"+d.sock, "")
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	d.c = c
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ready(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		select {
-		case <-d.exited:
-			d.t.Fatalf("daemon exited at start:\n%s", d.logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("daemon not ready after 30s: %v\n%s", err, d.logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// start starts the daemon process again and waits until it is ready.
+func (d *daemon) start() { d.StartProcess(); d.c = d.C }
 
 // stop signals the daemon and waits for it to exit.
-func (d *daemon) stop(sig syscall.Signal) {
-	d.t.Helper()
-	d.cmd.Process.Signal(sig)
-	select {
-	case <-d.exited:
-	case <-time.After(30 * time.Second):
-		d.cmd.Process.Kill()
-		<-d.exited
-		d.t.Errorf("daemon did not exit within 30s of %v", sig)
-	}
-	d.cmd = nil
-}
+func (d *daemon) stop(sig syscall.Signal) { d.Stop(sig) }
 
 // restart stops the daemon with sig and starts a new one on the same
 // directories.
-func (d *daemon) restart(sig syscall.Signal) {
-	d.t.Helper()
-	d.stop(sig)
-	d.start()
-}
+func (d *daemon) restart(sig syscall.Signal) { d.Restart(sig); d.c = d.C }
 
 func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -324,11 +172,5 @@ func (d *daemon) stateEntries() []string {
 // eventually polls cond for up to d.
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testdaemon.Eventually(t, d, what, cond)
 }

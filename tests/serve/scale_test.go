@@ -171,8 +171,8 @@ func TestLeak500(t *testing.T) {
 	warm := d.create(t, nil)
 	d.sh(t, warm.ID, "true")
 	d.c.DeleteSandbox(ctx, warm.ID)
-	pid := d.cmd.Process.Pid
-	fds0, mounts0, cg0 := countFDs(pid), countLines("/proc/self/mountinfo"), countCgroups()
+	pid := d.Pid()
+	fds0, mounts0, cg0 := countFDs(pid), d.countMounts(), countCgroups()
 	const n = 500
 	const workers = 4
 	var wg sync.WaitGroup
@@ -211,7 +211,7 @@ func TestLeak500(t *testing.T) {
 	// Descriptors may lag while goroutines wind down; allow a small slack
 	// for the HTTP client's idle connections.
 	eventually(t, 10*time.Second, "descriptors back to baseline", func() bool { return countFDs(pid) <= fds0+8 })
-	if m := countLines("/proc/self/mountinfo"); m > mounts0 {
+	if m := d.countMounts(); m > mounts0 {
 		t.Fatalf("host mounts: %d -> %d", mounts0, m)
 	}
 	eventually(t, 15*time.Second, "cgroups back to baseline", func() bool { return countCgroups() <= cg0 })
@@ -226,9 +226,18 @@ func countFDs(pid int) int {
 	return len(e)
 }
 
-func countLines(p string) int {
-	b, _ := os.ReadFile(p)
-	return strings.Count(string(b), "\n")
+// countMounts counts the host's mounts that are this daemon's or airlock's:
+// under its directory (workspace volumes) or under an airlock directory.
+// Mounts other programs make meanwhile do not count.
+func (d *daemon) countMounts() int {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && (strings.HasPrefix(f[4], d.dir+"/") || strings.Contains(f[4]+"/", "/airlock/")) {
+			n++
+		}
+	}
+	return n
 }
 
 // countCgroups counts airlock's sandbox cgroups in every hierarchy.
