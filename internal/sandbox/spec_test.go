@@ -131,7 +131,7 @@ func TestCaches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []runtime.Bind{{"/c/go", "/cache/go", true}, {"/c/pip", "/cache/pip", true}, {"/c/x", "/opt/x", true}}
+	want := []runtime.Bind{{Source: "/c/go", Target: "/cache/go", Writable: true}, {Source: "/c/pip", Target: "/cache/pip", Writable: true}, {Source: "/c/x", Target: "/opt/x", Writable: true}}
 	if !reflect.DeepEqual(s.Binds, want) {
 		t.Errorf("binds = %+v", s.Binds)
 	}
