@@ -2,7 +2,7 @@
 export CGO_ENABLED := 0
 GO ?= go
 
-.PHONY: build install-runsc test unit e2e bench bench-serve bench-egress serve fmt vet lint clean
+.PHONY: build install-runsc test unit e2e bench bench-serve bench-egress bench-cache serve fmt vet lint clean
 
 # airlock embeds the sandbox init (cmd/airlock-init, internal/initbin): a
 # small program that links only the sandbox code, started as every sandbox's
@@ -42,6 +42,10 @@ bench-serve: build
 # direct vs through the gateway (no root, no airlock binary needed).
 bench-egress:
 	$(GO) run ./cmd/airlock-bench egress
+
+# A go build in a fresh sandbox, without and with --cache go (median times).
+bench-cache: build
+	$(GO) run ./cmd/airlock-bench cache -n 5
 
 # Run the daemon from the checkout (as root: /run/airlock/airlock.sock).
 serve: build

@@ -105,6 +105,11 @@ type CreateSandboxRequest struct {
 	IdleTimeoutSeconds float64 `json:"idle_timeout_seconds,omitempty"`
 	// Files are written into the sandbox before it is returned.
 	Files []File `json:"files,omitempty"`
+	// Caches are persistent caches mounted read-write, on top of the
+	// policy's: "go", "npm", "pip" or "cargo" (at /cache/NAME, with the
+	// tool's variables set unless Env sets them), or "NAME:/path". The
+	// daemon keeps one set, shared by every caller.
+	Caches []string `json:"caches,omitempty"`
 }
 
 // File is a file to write at creation. Relative paths are under /workspace.

@@ -12,6 +12,9 @@
 // instead: throughput, added latency and new connections per second, direct
 // and through the gateway, on loopback; see egress.go.
 //
+// `airlock-bench cache` (`make bench-cache`) times a go build in a fresh
+// sandbox without and with `--cache go`; see cache.go.
+//
 // # What is measured
 //
 // Part 1, end to end. Each configuration below runs /bin/true N times; a run
@@ -184,6 +187,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "egress" {
 		os.Exit(runEgress(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "cache" {
+		os.Exit(runCache(os.Args[2:])) // cache.go
 	}
 	n := flag.Int("n", 100, fmt.Sprintf("runs of each configuration (at least %d advised)", minRuns))
 	airlockPath := flag.String("airlock", "./bin/airlock", "airlock binary to measure")

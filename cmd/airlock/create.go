@@ -13,7 +13,7 @@ import (
 )
 
 type createFlags struct {
-	labels, env                []string
+	labels, env, caches        []string
 	policyFile, policyName     string
 	image, memory, idleTimeout string
 	runtime                    string
@@ -44,6 +44,7 @@ expires, or it stays idle for its idle timeout.`,
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE for every process, or pass KEY from this environment (repeatable)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "lifetime: the sandbox is killed that long after its creation (default: the daemon's)")
 	fl.StringVar(&f.idleTimeout, "idle-timeout", "", `stop the sandbox after that long without activity; "none" to never (default: the daemon's)`)
+	fl.StringArrayVar(&f.caches, "cache", nil, "persistent cache of the daemon: go, npm, pip or cargo (at /cache/NAME, with the tool's variables set), or NAME:/path (repeatable)")
 	fl.StringVar(&f.memory, "memory", "", "memory limit (e.g. 512M, 2G)")
 	fl.Float64Var(&f.cpu, "cpu", 0, "CPU cores (e.g. 1.5)")
 	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads")
@@ -59,6 +60,7 @@ func createRequest(f *createFlags) (*api.CreateSandboxRequest, error) {
 		Runtime:    f.runtime,
 		PolicyName: f.policyName,
 		Resources:  api.Resources{Memory: f.memory, CPU: f.cpu, Pids: f.pids},
+		Caches:     f.caches,
 	}
 	var err error
 	if req.Labels, err = parsePairs("--label", f.labels); err != nil {

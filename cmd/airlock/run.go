@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
+	"github.com/airlock-dev/airlock/internal/cache"
 	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
@@ -42,6 +43,7 @@ type runFlags struct {
 	netLog                                     string
 	uidPool                                    string
 	runtime                                    string
+	caches                                     []string
 }
 
 func newRunCmd() *cobra.Command {
@@ -70,6 +72,7 @@ environment is passed unless asked for.`,
 	fl.StringArrayVar(&f.rw, "rw", nil, "host path made visible read-write at the same path (repeatable)")
 	fl.StringArrayVar(&f.binds, "bind", nil, "SRC:DST[:rw] bind mount from the host (read-only unless :rw; repeatable)")
 	fl.StringArrayVar(&f.deny, "deny", nil, "path inside the sandbox to hide (repeatable)")
+	fl.StringArrayVar(&f.caches, "cache", nil, "persistent cache shared by your sandboxes: go, npm, pip or cargo (at /cache/NAME, with the tool's variables set), or NAME:/path (repeatable; see README \"Caches\")")
 	fl.StringArrayVar(&f.protect, "protect", nil, "workspace path that stays read-only (repeatable)")
 	fl.StringArrayVar(&f.unprotect, "unprotect", nil, "remove a default protected workspace path by name (repeatable)")
 	fl.StringArrayVar(&f.denySyscalls, "deny-syscall", nil, "syscall to deny besides the default seccomp profile (repeatable)")
@@ -169,6 +172,7 @@ func buildPolicy(f *runFlags) (*policy.Policy, error) {
 	p.Filesystem.Protect.Add = append(p.Filesystem.Protect.Add, f.protect...)
 	p.Filesystem.Protect.Remove = append(p.Filesystem.Protect.Remove, f.unprotect...)
 	p.Seccomp.Deny = append(p.Seccomp.Deny, f.denySyscalls...)
+	p.Caches = append(p.Caches, f.caches...)
 	if f.net != "" {
 		p.Network.Mode = f.net
 	}
@@ -237,6 +241,23 @@ func uidPool(flag string) (*uidpool.Pool, error) {
 	return &p, nil
 }
 
+// prepareCaches makes (or checks) the host directories of p's caches, in
+// the invoking user's cache directory (see cache.DefaultDir).
+func prepareCaches(p *policy.Policy) ([]cache.Mount, error) {
+	if len(p.Caches) == 0 {
+		return nil, nil
+	}
+	cs, err := cache.ParseAll(p.Caches)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := cache.DefaultDir(os.Getenv, os.Geteuid())
+	if err != nil {
+		return nil, err
+	}
+	return cache.Prepare(dir, os.Geteuid(), cs)
+}
+
 func absAll(paths []string) []string {
 	out := make([]string, len(paths))
 	for i, p := range paths {
@@ -264,7 +285,11 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 			fmt.Fprintf(stderr, "airlock: WARNING: running without %s, as asked (--insecure-*)\n", w.layer)
 		}
 	}
-	spec, err := sandbox.Spec(p, sandbox.Opts{Insecure: insecure, CgroupParent: f.cgroupParent})
+	caches, err := prepareCaches(p)
+	if err != nil {
+		return fail(exitSetup, "%v", err)
+	}
+	spec, err := sandbox.Spec(p, sandbox.Opts{Insecure: insecure, CgroupParent: f.cgroupParent, Caches: caches})
 	if err != nil {
 		return fail(exitSetup, "%v", err)
 	}

@@ -105,6 +105,8 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 		return errors.New("config: uid_pool needs root: rootless, root inside a sandbox is the daemon's user (one uid)")
 	}
 	mc.Runtime, mc.Adopter, mc.Store, mc.Log = rt, rt, st, log
+	// One set of caches for every caller (made on first use, mode 0700).
+	mc.CacheDir = filepath.Join(c.DataDir, "caches")
 	mc.Metrics = manager.NewMetrics()
 	for layer, off := range map[string]bool{"landlock": mc.Insecure.NoLandlock, "seccomp": mc.Insecure.NoSeccomp, "cgroups": mc.Insecure.NoCgroups} {
 		if off {

@@ -41,7 +41,7 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (_ 
 		return api.Sandbox{}, err
 	}
 	var sb *Sandbox
-	if rec.Policy == "" && rec.Resources == (api.Resources{}) {
+	if rec.Policy == "" && rec.Resources == (api.Resources{}) && len(rec.Caches) == 0 {
 		sb = m.takePooled(poolKey(req.Image, req.PolicyName))
 	}
 	if sb != nil {
@@ -129,7 +129,11 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 			m.met.errors.With("create").Inc()
 		}
 	}()
-	spec, err := m.specs.get(p, rec, sandbox.Opts{Insecure: m.cfg.Insecure, CgroupParent: m.cfg.CgroupParent})
+	caches, err := m.cfg.prepareCaches(p)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := m.specs.get(p, rec, sandbox.Opts{Insecure: m.cfg.Insecure, CgroupParent: m.cfg.CgroupParent, Caches: caches})
 	if err != nil {
 		return nil, err
 	}

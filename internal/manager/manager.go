@@ -72,6 +72,10 @@ type Config struct {
 	// Secrets are the named secrets policies may bind to hosts
 	// (network.credentials), each with the hosts it may be sent to.
 	Secrets map[string]SecretConfig
+	// CacheDir holds the persistent caches sandboxes ask for (caches:),
+	// one directory per name, owned by the daemon's user and shared by
+	// every caller; "": no caches (asking for one is refused).
+	CacheDir string
 
 	MaxSandboxes int           // live sandboxes (pool members included); default 100
 	MaxCreating  int           // concurrent creations; default 2×CPUs, at least 4

@@ -42,6 +42,8 @@ type specRecord struct {
 	Policy     string            `json:"policy,omitempty"`
 	Resources  api.Resources     `json:"resources,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
+	// Caches are the request's caches, on top of the policy's.
+	Caches []string `json:"caches,omitempty"`
 	// Network replaces the policy's network section's fields it holds
 	// (the last PUT .../network/policy); nil: as created.
 	Network *api.NetworkPolicy `json:"network,omitempty"`

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ const (
 	maxEnvLen     = 128 << 10
 	maxFiles      = 1024
 	maxPolicySize = 64 << 10
+	maxCaches     = 32
 )
 
 // policyNamed returns a configured policy; "" is "default".
@@ -57,7 +59,7 @@ func (c *Config) image(name string) (string, error) {
 // resolve checks a create request and turns it into a policy, the spec
 // record to store, and the environment every process gets.
 func (c *Config) resolve(req *api.CreateSandboxRequest) (*policy.Policy, specRecord, error) {
-	rec := specRecord{Image: req.Image, PolicyName: req.PolicyName, Resources: req.Resources}
+	rec := specRecord{Image: req.Image, PolicyName: req.PolicyName, Resources: req.Resources, Caches: req.Caches}
 	if req.PolicyName != "" && req.Policy != "" {
 		return nil, rec, invalid("give policy_name or policy, not both")
 	}
@@ -94,6 +96,15 @@ func (c *Config) resolve(req *api.CreateSandboxRequest) (*policy.Policy, specRec
 	}
 	if err := applyResources(&p, req.Resources); err != nil {
 		return nil, rec, err
+	}
+	if len(req.Caches) > 0 {
+		if len(req.Caches) > maxCaches {
+			return nil, rec, invalid("caches: %d caches, the limit is %d", len(req.Caches), maxCaches)
+		}
+		if c.CacheDir == "" {
+			return nil, rec, invalid("caches: this daemon keeps no caches")
+		}
+		p.Caches = append(slices.Clip(p.Caches), req.Caches...)
 	}
 	if err := p.Validate(); err != nil {
 		return nil, rec, invalid("%v", err)
@@ -231,7 +242,7 @@ func newSpecCache() *specCache { return &specCache{m: map[string]*runtime.Spec{}
 func (c *specCache) get(p *policy.Policy, rec specRecord, o sandbox.Opts) (*runtime.Spec, error) {
 	key := ""
 	if rec.Policy == "" {
-		key = fmt.Sprintf("%s\x00%s\x00%+v", rec.Image, rec.PolicyName, rec.Resources)
+		key = fmt.Sprintf("%s\x00%s\x00%+v\x00%q", rec.Image, rec.PolicyName, rec.Resources, rec.Caches)
 		c.mu.Lock()
 		s := c.m[key]
 		c.mu.Unlock()

@@ -76,6 +76,7 @@ func (p *Policy) Marshal() ([]byte, error) {
 		Environment *environment `yaml:"environment,omitempty"`
 		Seccomp     *sec         `yaml:"seccomp,omitempty"`
 		Network     *network     `yaml:"network,omitempty"`
+		Caches      []string     `yaml:"caches,omitempty"`
 	}
 	size := func(n int64) string {
 		if n == 0 {
@@ -83,7 +84,7 @@ func (p *Policy) Marshal() ([]byte, error) {
 		}
 		return FormatSize(n)
 	}
-	f := file{Image: p.Image, Workspace: p.Workspace, Runtime: p.Runtime}
+	f := file{Image: p.Image, Workspace: p.Workspace, Runtime: p.Runtime, Caches: p.Caches}
 	fs := p.Filesystem
 	if len(fs.ReadOnly)+len(fs.Writable)+len(fs.Deny)+len(fs.Binds)+len(fs.Protect.Add)+len(fs.Protect.Remove) > 0 {
 		f.Filesystem = &filesystem{ReadOnly: fs.ReadOnly, Writable: fs.Writable, Deny: fs.Deny}

@@ -127,7 +127,7 @@ func (d *decoder) document(data []byte) error {
 
 // Known keys, in the order error messages list them.
 var (
-	topKeys        = []string{"image", "workspace", "runtime", "filesystem", "resources", "environment", "seccomp", "network"}
+	topKeys        = []string{"image", "workspace", "runtime", "filesystem", "resources", "environment", "seccomp", "network", "caches"}
 	filesystemKeys = []string{"read_only", "writable", "deny", "binds", "protect"}
 	bindKeys       = []string{"source", "target", "mode"}
 	protectKeys    = []string{"add", "remove"}
@@ -151,6 +151,8 @@ func (d *decoder) top(n *yaml.Node) error {
 			p.Runtime, err = d.str(v, key)
 		case "filesystem":
 			err = d.filesystem(v, key)
+		case "caches":
+			err = d.strings(v, key, &p.Caches)
 		case "resources":
 			err = d.resources(v, key)
 		case "environment":

@@ -58,6 +58,7 @@ network:
       format: "Bearer {secret}"
   max_connections: 64
   max_bytes: 1GiB
+caches: [go, "tools:/opt/cachetools"]
 `
 
 func TestParseFull(t *testing.T) {
@@ -94,6 +95,7 @@ func TestParseFull(t *testing.T) {
 				Env: "GH_PLACEHOLDER", Header: "Authorization", Format: "Bearer {secret}"}},
 			MaxConnections: 64, MaxBytes: 1 << 30,
 		},
+		Caches: []string{"go", "tools:/opt/cachetools"},
 		Source: "agent.yaml",
 	}
 	if !samePolicy(p, &want) {
@@ -226,7 +228,7 @@ func wantErr(t *testing.T, err error, want string) {
 func TestParseErrors(t *testing.T) {
 	tests := []struct{ src, want string }{
 		// unknown keys, at every level
-		{"imgae: /x", "agent.yaml:1: imgae: unknown key (known: image, workspace, runtime, filesystem, resources, environment, seccomp, network)"},
+		{"imgae: /x", "agent.yaml:1: imgae: unknown key (known: image, workspace, runtime, filesystem, resources, environment, seccomp, network, caches)"},
 		{"runtime: firecracker", "agent.yaml:1: runtime: unknown runtime \"firecracker\": want native or gvisor"},
 		{"filesystem:\n  readonly: [/x]", "agent.yaml:2: filesystem.readonly: unknown key (known: read_only, writable, deny, binds, protect)"},
 		{"filesystem:\n  binds:\n    - source: /a\n      target: /b\n      mod: rw", "agent.yaml:5: filesystem.binds[0].mod: unknown key (known: source, target, mode)"},

@@ -42,6 +42,11 @@ type Policy struct {
 	Seccomp     Seccomp
 	Network     Network
 
+	// Caches are named persistent caches, as `airlock run --cache` takes
+	// them: a known tool ("go", "npm", "pip", "cargo") or NAME:/path (see
+	// package cache).
+	Caches []string
+
 	// Source is the file name the policy was loaded from, as given to Load
 	// or Parse; "" for policies built from flags and defaults. Errors from
 	// Validate are prefixed with it.

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/airlock-dev/airlock/internal/cache"
 	"github.com/airlock-dev/airlock/internal/egress/rules"
 	"github.com/airlock-dev/airlock/internal/seccomp"
 )
@@ -25,9 +26,11 @@ import (
 // absurdly small; that pids, cpu and nofile are in range; that the network
 // mode is available; that environment variable names and values are
 // usable; that protected paths stay inside the workspace; and that seccomp
-// syscall names exist (seccomp.Lookup).
+// syscall names exist (seccomp.Lookup); and that caches are valid (known
+// names or NAME:/path, see package cache), given once, not nested, and
+// not mounted where a bind or another path of the filesystem section is.
 func (p *Policy) Validate() error {
-	for _, check := range []func() error{p.validateRuntime, p.validatePaths, p.validateProtect, p.validateResources, p.validateEnvironment, p.validateSeccomp, p.validateNetwork} {
+	for _, check := range []func() error{p.validateRuntime, p.validatePaths, p.validateProtect, p.validateResources, p.validateEnvironment, p.validateSeccomp, p.validateNetwork, p.validateCaches} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -395,6 +398,34 @@ func (p *Policy) validateCredentials() error {
 		}
 		if c.Format != "" && (c.Header == "" || !strings.Contains(c.Format, "{secret}") || strings.ContainsAny(c.Format, "\r\n\x00")) {
 			return p.errAt(key+".format", "format %q: want a header value containing {secret}, with header set", c.Format)
+		}
+	}
+	return nil
+}
+
+func (p *Policy) validateCaches() error {
+	fs := &p.Filesystem
+	var mounts []string // what the filesystem section mounts or hides
+	mounts = append(mounts, fs.ReadOnly...)
+	mounts = append(mounts, fs.Writable...)
+	for _, b := range fs.Binds {
+		mounts = append(mounts, b.Target)
+	}
+	mounts = append(mounts, fs.Deny...)
+	for i := range p.Caches {
+		key := fmt.Sprintf("caches[%d]", i)
+		// ParseAll on the list so far: the checks of this one, and of
+		// this one against the earlier ones.
+		cs, err := cache.ParseAll(p.Caches[:i+1])
+		if err != nil {
+			return p.errAt(key, "%v", err)
+		}
+		c := cs[i]
+		for _, m := range mounts {
+			m = filepath.Clean(m)
+			if m == c.Target || strings.HasPrefix(m, c.Target+"/") || strings.HasPrefix(c.Target, m+"/") {
+				return p.errAt(key, "cache %q at %s overlaps %s of the filesystem section", c.Name, c.Target, m)
+			}
 		}
 	}
 	return nil

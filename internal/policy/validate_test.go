@@ -85,3 +85,41 @@ func TestErrorFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestCaches checks the caches section: each refusal names the file, the
+// line and the key, next to a policy that is accepted.
+func TestCaches(t *testing.T) {
+	ok, err := Parse("c.yaml", []byte("caches: [go, npm, pip, cargo, \"hf:/opt/hf\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ok.Caches) != 5 || ok.Caches[4] != "hf:/opt/hf" {
+		t.Errorf("caches = %q", ok.Caches)
+	}
+	for _, c := range []struct{ doc, want string }{
+		{"caches: go\n", "c.yaml:1: caches: expected a list"},
+		{"caches:\n  - go\n  - golang\n", `c.yaml:3: caches[1]: unknown cache "golang" (known: cargo, go, npm, pip`},
+		{"caches:\n  - go\n  - go\n", `c.yaml:3: caches[1]: cache "go" is given twice`},
+		{"caches: [\"x:/workspace/x\"]\n", `c.yaml:1: caches[0]: cache path "/workspace/x": /workspace is the sandbox's own`},
+		{"caches: [\"x:relative\"]\n", `c.yaml:1: caches[0]: cache path "relative": must be absolute`},
+		{"caches: [\"x:/opt/a\", \"y:/opt/a/b\"]\n", `c.yaml:1: caches[1]: caches "x" (/opt/a) and "y" (/opt/a/b) are nested`},
+		{"caches: [\"X:/opt/a\"]\n", `c.yaml:1: caches[0]: cache name "X"`},
+		{"caches: [{name: go}]\n", "c.yaml:1: caches[0]: expected a single value"},
+		{"filesystem:\n  binds: [{source: /s, target: /opt/a}]\ncaches: [\"x:/opt/a/b\"]\n", `c.yaml:3: caches[0]: cache "x" at /opt/a/b overlaps /opt/a of the filesystem section`},
+		{"filesystem:\n  writable: [/cache/go/mod]\ncaches: [go]\n", `c.yaml:3: caches[0]: cache "go" at /cache/go overlaps /cache/go/mod`},
+		{"filesystem:\n  deny: [/cache]\ncaches: [go]\n", `c.yaml:3: caches[0]: cache "go" at /cache/go overlaps /cache`},
+	} {
+		_, err := Parse("c.yaml", []byte(c.doc))
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%q: %v\nwant %q", c.doc, err, c.want)
+		}
+	}
+	// Controls: a bind next to (not over) a cache; caches from code.
+	if _, err := Parse("c.yaml", []byte("filesystem:\n  binds: [{source: /s, target: /opt/ab}]\ncaches: [\"x:/opt/a\"]\n")); err != nil {
+		t.Error(err)
+	}
+	if err := (&Policy{Caches: []string{"go", "x:/srv/x"}}).Validate(); err != nil {
+		t.Error(err)
+	}
+	wantErr(t, (&Policy{Caches: []string{"go", ""}}).Validate(), "caches[1]: empty cache name")
+}

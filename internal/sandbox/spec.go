@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/airlock-dev/airlock/internal/cache"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/seccomp"
@@ -18,6 +19,9 @@ import (
 type Opts struct {
 	Insecure     runtime.Insecure
 	CgroupParent string
+	// Caches are the policy's caches prepared on the host (cache.Prepare),
+	// in the policy's order: each becomes a writable bind.
+	Caches []cache.Mount
 }
 
 // Spec compiles p into a runtime spec.
@@ -42,6 +46,21 @@ func Spec(p *policy.Policy, o Opts) (*runtime.Spec, error) {
 	}
 	for _, b := range p.Filesystem.Binds {
 		s.Binds = append(s.Binds, runtime.Bind{Source: b.Source, Target: b.Target, Writable: b.Writable})
+	}
+	// Never a sandbox without a cache it asked for, nor with another.
+	caches, err := cache.ParseAll(p.Caches)
+	if err != nil {
+		return nil, err
+	}
+	if len(caches) != len(o.Caches) {
+		return nil, fmt.Errorf("caches: %d asked for, %d prepared", len(caches), len(o.Caches))
+	}
+	for i, c := range caches {
+		m := o.Caches[i]
+		if m.Name != c.Name || m.Target != c.Target || m.Source == "" {
+			return nil, fmt.Errorf("caches[%d]: prepared %s at %s for %s at %s", i, m.Name, m.Target, c.Name, c.Target)
+		}
+		s.Binds = append(s.Binds, runtime.Bind{Source: m.Source, Target: m.Target, Writable: true})
 	}
 	if !o.Insecure.NoSeccomp {
 		prof := seccomp.Default()
@@ -109,6 +128,14 @@ func Env(p *policy.Policy, flags []string, tty bool, lookup func(string) (string
 		for k, v := range ProxyEnv() {
 			env[k] = v
 		}
+	}
+	// The caches' variables; the policy's and the flags' own win.
+	caches, err := cache.ParseAll(p.Caches)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range cache.Env(caches) {
+		env[k] = v
 	}
 	for k, v := range p.Environment.Set {
 		env[k] = v

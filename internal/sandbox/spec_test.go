@@ -1,9 +1,11 @@
 package sandbox
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/airlock-dev/airlock/internal/cache"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
 )
@@ -97,5 +99,50 @@ func TestSpecLimits(t *testing.T) {
 	}
 	if len(s.Protected) == 0 {
 		t.Error("no protected workspace paths by default")
+	}
+}
+
+// Caches become writable binds and set their tools' variables; the
+// policy's environment and the flags win over those.
+func TestCaches(t *testing.T) {
+	p := &policy.Policy{Caches: []string{"go", "pip", "x:/opt/x"}}
+	p.Environment.Set = map[string]string{"PIP_CACHE_DIR": "/policy/pip"}
+	env, err := Env(p, []string{"GOMODCACHE=/flag/mod"}, false, lookupFrom(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v
+	}
+	if got["GOCACHE"] != "/cache/go/build" || got["GOMODCACHE"] != "/flag/mod" || got["PIP_CACHE_DIR"] != "/policy/pip" {
+		t.Errorf("env = %v", got)
+	}
+	if _, ok := got["npm_config_cache"]; ok {
+		t.Error("a cache not asked for sets its variable")
+	}
+	o := Opts{Insecure: runtime.Insecure{NoSeccomp: true}, Caches: []cache.Mount{
+		{Name: "go", Source: "/c/go", Target: "/cache/go"},
+		{Name: "pip", Source: "/c/pip", Target: "/cache/pip"},
+		{Name: "x", Source: "/c/x", Target: "/opt/x"},
+	}}
+	s, err := Spec(p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []runtime.Bind{{Source: "/c/go", Target: "/cache/go", Writable: true}, {Source: "/c/pip", Target: "/cache/pip", Writable: true}, {Source: "/c/x", Target: "/opt/x", Writable: true}}
+	if !reflect.DeepEqual(s.Binds, want) {
+		t.Errorf("binds = %+v", s.Binds)
+	}
+	// Fail closed: a cache asked for but not prepared, or prepared for
+	// another, is an error, not a sandbox without it.
+	o.Caches = o.Caches[:2]
+	if _, err := Spec(p, o); err == nil {
+		t.Error("missing cache accepted")
+	}
+	o.Caches = []cache.Mount{{Name: "go", Source: "/c/go", Target: "/cache/go"}, {Name: "npm", Source: "/c/npm", Target: "/cache/npm"}, {Name: "x", Source: "/c/x", Target: "/opt/x"}}
+	if _, err := Spec(p, o); err == nil {
+		t.Error("wrong cache accepted")
 	}
 }

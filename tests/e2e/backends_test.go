@@ -54,6 +54,9 @@ var conformance = []probe{
 	{name: "R3Memory", fn: TestR3Memory},
 	{name: "R7Nofile", fn: TestR7Nofile},
 	{name: "PolicyFile", fn: TestPolicyFile},
+	{name: "CacheEnv", fn: TestCacheEnv},
+	{name: "CacheShared", fn: TestCacheShared},
+	{name: "CacheErrors", fn: TestCacheErrors},
 	{name: "R1ForkBomb", fn: TestR1ForkBomb, cannot: map[string]string{
 		"gvisor": "guest processes are Sentry tasks, not host tasks: there is no per-sandbox pids cgroup inside gVisor for the supervisor to set; --pids N caps the host tasks (Sentry, Gofer, systrap stubs) at N+128, so a fork bomb ends the whole sandbox (exit 137) instead of getting EAGAIN",
 	}},
