@@ -223,7 +223,9 @@ func Prepare(dir string, uid int, caches []Cache) ([]Mount, error) {
 	}
 	dir = filepath.Clean(dir)
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		// The parents are shared (/var/cache/airlock also holds runsc,
+		// which unprivileged users run): only dir itself is private.
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 			return nil, fmt.Errorf("cache directory %s: %w", dir, err)
 		}
 	}
