@@ -195,7 +195,7 @@ class PTYSession:
         self.exit: Optional[models.PTYExit] = None
 
     @classmethod
-    def open(cls, t: Transport, path: str, start: models.PTYStart) -> "PTYSession":
+    def _open(cls, t: Transport, path: str, start: models.PTYStart) -> "PTYSession":
         ws = connect(t, path)
         ws.send(OP_TEXT, json.dumps(start.to_dict()).encode())
         return cls(ws)

@@ -318,7 +318,7 @@ class Client:
         start = models.PTYStart(argv=argv_of(cmd), env=dict(env) if env else None, cwd=cwd,
                                 timeout_seconds=timeout_seconds, cols=cols, rows=rows)
         _, path = self._path("pty", id=id)
-        return PTYSession.open(self._t, path, start)
+        return PTYSession._open(self._t, path, start)
 
     # Network.
 
