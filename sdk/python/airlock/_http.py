@@ -254,6 +254,12 @@ class Transport:
                 return
         c.close()
 
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []

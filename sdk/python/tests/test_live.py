@@ -290,7 +290,7 @@ class NetworkTest(Live):
         threading.Thread(target=web.serve_forever, daemon=True).start()
         port = web.server_address[1]
         try:
-            sb = self.sandbox(policy="network:\n  mode: allowlist\n  allow: [api.test]\n")
+            sb = self.sandbox(policy="network:\n  mode: allowlist\n  allow: [api.test, 127.0.0.1]\n")
             def curl(host):
                 return "curl -s -m 20 -o /dev/null -w '%{http_code}' http://" + host + ":" + str(port) + "/"
             self.assertEqual(sb.exec(curl("api.test")).stdout, b"200")
@@ -300,13 +300,13 @@ class NetworkTest(Live):
             self.assertEqual([e.host for e in sb.network.events(allowed=False).events], ["other.test"])
             self.assertEqual(len(sb.network.events(limit=1).events), 1)
             pol = sb.network.policy()
-            self.assertEqual((pol.mode, pol.allow), ("allowlist", ["api.test"]))
-            self.assertEqual(sb.network.set_policy(mode="allowlist", allow=["api.test", "other.test"]).allow,
-                             ["api.test", "other.test"])
+            self.assertEqual((pol.mode, pol.allow), ("allowlist", ["api.test", "127.0.0.1"]))
+            self.assertEqual(sb.network.set_policy(mode="allowlist", allow=["api.test", "other.test", "127.0.0.1"]).allow,
+                             ["api.test", "other.test", "127.0.0.1"])
             self.assertEqual(sb.exec(curl("other.test")).stdout, b"200")
             with self.assertRaises(airlock.InvalidArgument):
                 sb.network.set_policy(mode="allowlist", allow=["bad host name!"])
-            self.assertEqual(sb.network.policy().allow, ["api.test", "other.test"])
+            self.assertEqual(sb.network.policy().allow, ["api.test", "other.test", "127.0.0.1"])
             # follow streams the audit and ends when the sandbox does.
             it = sb.network.follow()
             seen = [next(it) for _ in range(3)]
