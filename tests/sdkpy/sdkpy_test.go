@@ -80,10 +80,19 @@ func TestPythonSDK(t *testing.T) {
 		"--target", site, src)
 	pip.Env = append(os.Environ(), "PIP_NO_INPUT=1")
 	if out, err := pip.CombinedOutput(); err != nil {
-		if bytes.Contains(out, []byte("No module named pip")) {
-			t.Skip("python3 has no pip")
+		if !bytes.Contains(out, []byte("No module named pip")) {
+			t.Fatalf("pip install ./sdk/python: %v\n%s", err, out)
 		}
-		t.Fatalf("pip install ./sdk/python: %v\n%s", err, out)
+		// No pip: build the wheel with the in-tree backend, as pip would,
+		// and unpack it.
+		t.Log("python3 has no pip: installing the wheel the build backend makes")
+		inst := exec.Command(py, "-c", `import sys, zipfile, airlock_build
+name = airlock_build.build_wheel(sys.argv[1])
+zipfile.ZipFile(sys.argv[1] + "/" + name).extractall(sys.argv[2])`, build, site)
+		inst.Dir = src
+		if out, err := inst.CombinedOutput(); err != nil {
+			t.Fatalf("build the wheel: %v\n%s", err, out)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(site, "airlock", "py.typed")); err != nil {
 		t.Fatalf("the installed package lacks py.typed: %v", err)
