@@ -23,11 +23,16 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testdaemon.Main(m, "sdkpy")) }
 
-// python returns the python3 to use, or why there is none (>= 3.9).
+// python returns the python3 to use ($AIRLOCK_TEST_PYTHON, else python3
+// in PATH), or why there is none (>= 3.9).
 func python() (string, string) {
-	py, err := exec.LookPath("python3")
+	name := "python3"
+	if p := os.Getenv("AIRLOCK_TEST_PYTHON"); p != "" {
+		name = p
+	}
+	py, err := exec.LookPath(name)
 	if err != nil {
-		return "", "python3 is not in PATH"
+		return "", name + " is not in PATH"
 	}
 	out, err := exec.Command(py, "-c", "import sys; print('%d %d' % sys.version_info[:2])").Output()
 	if err != nil {

@@ -99,7 +99,10 @@ class _Extraction:
                     raise errors.StreamError(f"airlock: untar: {e}") from None
                 if m is None:
                     break
-                content = self.entry(tf, m, content, limit)
+                try:
+                    content = self.entry(tf, m, content, limit)
+                except (tarfile.TarError, EOFError) as e:
+                    raise errors.StreamError(f"airlock: untar: entry {m.name!r}: {e}") from None
         self.make_links()
 
     def entry(self, tf: tarfile.TarFile, m: tarfile.TarInfo, content: int, limit: int) -> int:

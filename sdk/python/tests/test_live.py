@@ -269,6 +269,12 @@ class FilesTest(Live):
         self.assertEqual(os.listdir(victim), [])
         with self.assertRaises(airlock.NotFound):
             sb.files.download("nope", os.path.join(self.tmp, "nope"))
+        # A FIFO in the tree fails the download with the daemon's word,
+        # even when found after the archive started, and leaves nothing.
+        sb.exec("mkdir -p fifo/a && printf x > fifo/a/1 && mkfifo fifo/z")
+        with self.assertRaises(airlock.APIError) as e:
+            sb.files.download("fifo", os.path.join(self.tmp, "fifo"))
+        self.assertIn("fifo", e.exception.message.lower())
         self.assertFalse(any(n.startswith(".airlock") for n in os.listdir(self.tmp)))
 
 

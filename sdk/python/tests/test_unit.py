@@ -300,6 +300,52 @@ class StreamTest(unittest.TestCase):
             srv.close()
 
 
+class TrailerTest(unittest.TestCase):
+    """An archive that fails after it started: the daemon cuts it short of
+    a tar block and names the error in the X-Airlock-Error trailer."""
+
+    def serve(self, trailer):
+        whole = tar_of([("t", "dir", None), ("t/a", "file", b"a" * 3000), ("t/b", "file", b"b" * 3000)]).getvalue()
+        part = whole[:512 * 5 + 100]  # cut inside t/b
+
+        def h(h, n):
+            h.send_response(200)
+            h.send_header("Content-Type", "application/x-tar")
+            h.send_header("Transfer-Encoding", "chunked")
+            h.send_header("Trailer", "X-Airlock-Error")
+            h.end_headers()
+            h.wfile.write(b"%x\r\n%s\r\n0\r\n" % (len(part), part))
+            if trailer:
+                h.wfile.write(b"X-Airlock-Error: " + trailer + b"\r\n")
+            h.wfile.write(b"\r\n")
+        return Server(h)
+
+    def test_trailer_error(self):
+        srv = self.serve(b'{"code":"too_large","message":"t/b grew past max_size"}')
+        d = tempfile.mkdtemp()
+        try:
+            c = airlock.Client(srv.url, timeout=10)
+            with self.assertRaises(airlock.TooLarge) as e:
+                c.download_to("sb-0123456789abcdef", "t", os.path.join(d, "t"))
+            self.assertEqual(e.exception.message, "t/b grew past max_size")
+            self.assertEqual(os.listdir(d), [])
+        finally:
+            srv.close()
+            os.rmdir(d)
+
+    def test_cut_without_trailer(self):
+        srv = self.serve(None)
+        d = tempfile.mkdtemp()
+        try:
+            c = airlock.Client(srv.url, timeout=10)
+            with self.assertRaises(airlock.StreamError):
+                c.download_to("sb-0123456789abcdef", "t", os.path.join(d, "t"))
+            self.assertEqual(os.listdir(d), [])
+        finally:
+            srv.close()
+            os.rmdir(d)
+
+
 def tar_of(entries, fmt=tarfile.PAX_FORMAT):
     """A tar stream of (name, kind, data/target) entries."""
     b = io.BytesIO()
