@@ -86,7 +86,31 @@ def parse_host(host: str) -> HostSpec:
     return HostSpec(u.scheme, host=u.hostname, port=port, prefix=u.path.rstrip("/"))
 
 
-class _UnixConnection(http.client.HTTPConnection):
+class _OneWrite:
+    """Sends a small request's headers and body in one write (http.client
+    sends them apart, which costs a round of the daemon's reads)."""
+
+    def _send_output(self, message_body: Any = None, encode_chunked: bool = False) -> None:
+        buf = getattr(self, "_buffer", None)
+        if (isinstance(message_body, (bytes, bytearray)) and len(message_body) <= 64 << 10
+                and not encode_chunked and isinstance(buf, list)):
+            buf.extend((b"", b""))
+            msg = b"\r\n".join(buf) + bytes(message_body)
+            del buf[:]
+            self.send(msg)  # type: ignore[attr-defined]
+            return
+        super()._send_output(message_body, encode_chunked)  # type: ignore[misc]
+
+
+class _HTTPConnection(_OneWrite, http.client.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_OneWrite, http.client.HTTPSConnection):
+    pass
+
+
+class _UnixConnection(_OneWrite, http.client.HTTPConnection):
     def __init__(self, path: str, timeout: Optional[float]) -> None:
         super().__init__(UNIX_HOST, timeout=timeout)
         self._path = path
@@ -234,8 +258,8 @@ class Transport:
             return _UnixConnection(s.socket_path, timeout)
         if s.scheme == "https":
             ctx = self.ssl_context or ssl.create_default_context()
-            return http.client.HTTPSConnection(s.host, s.port, timeout=timeout, context=ctx)
-        return http.client.HTTPConnection(s.host, s.port, timeout=timeout)
+            return _HTTPSConnection(s.host, s.port, timeout=timeout, context=ctx)
+        return _HTTPConnection(s.host, s.port, timeout=timeout)
 
     def _get(self, timeout: Optional[float]) -> Tuple[http.client.HTTPConnection, bool]:
         with self._lock:
