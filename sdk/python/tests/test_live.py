@@ -71,6 +71,20 @@ class SandboxTest(Live):
             self.c.delete_sandbox(sb.id)
         sb.delete()  # gone already: not an error
 
+    def test_pagination(self):
+        for _ in range(3):
+            self.sandbox(labels={"page": "yes"})
+        first = self.c.list_sandboxes(label={"page": "yes"}, limit=2)
+        self.assertEqual(len(first.sandboxes), 2)
+        self.assertTrue(first.next_cursor)
+        rest = self.c.list_sandboxes(label={"page": "yes"}, limit=2, cursor=first.next_cursor)
+        self.assertEqual(len(rest.sandboxes), 1)
+        ids = {s.id for s in first.sandboxes + rest.sandboxes}
+        self.assertEqual(ids, {s.id for s in self.made})
+        self.assertEqual({s.id for s in self.c.all_sandboxes(label={"page": "yes"})}, ids)
+        with self.assertRaises(airlock.InvalidArgument):
+            self.c.list_sandboxes(cursor="not-a-cursor!")
+
     def test_bad_create(self):
         with self.assertRaises(airlock.InvalidArgument):
             self.c.create_sandbox(policy_name="no-such-policy")
@@ -117,6 +131,12 @@ class ExecTest(Live):
         self.assertEqual(b"".join(d for s, d in out if s == "stdout"), b"one\ngot line\n")
         self.assertEqual(b"".join(d for s, d in out if s == "stderr"), b"two\n")
         self.assertEqual(p.wait(30).exit_code, 3)
+        # Output that is not UTF-8 comes as bytes, in order.
+        b = sb.spawn("printf 'x\\377\\000y'; printf '\\376' >&2")
+        got = {"stdout": b"", "stderr": b""}
+        for stream, data in b.stream():
+            got[stream] += data
+        self.assertEqual(got, {"stdout": b"x\xff\x00y", "stderr": b"\xfe"})
         # Reattach by cursor: a new handle from the middle reads only the rest.
         q = sb.spawn("echo a; cat; echo c")
         evs = q.output()
@@ -317,6 +337,9 @@ class NetworkTest(Live):
             it = sb.network.follow()
             seen = [next(it) for _ in range(3)]
             self.assertEqual(len({e.cursor for e in seen}), 3)
+            sse = sb.network.follow(sse=True)
+            self.assertEqual([next(sse).cursor for _ in range(3)], [e.cursor for e in seen])
+            sse.close()
             ended = threading.Event()
             threading.Thread(target=lambda: (list(it), ended.set()), daemon=True).start()
             sb.delete()
@@ -417,6 +440,11 @@ class AsyncTest(unittest.TestCase):
                 self.assertIn(sb.id, [s.id for s in await aio.Sandbox.list(label={"async": "1"}, client=c)])
                 with self.assertRaises(airlock.CommandNotFound):
                     await sb.exec(["no-such-command"])
+                t = await sb.pty(["sh", "-c", "read x; echo pty:$x"])
+                await t.send("in\n")
+                self.assertIn(b"pty:in", await t.read_all(30))
+                self.assertEqual(t.exit.exit_code, 0)
+                await t.close()
                 sid = sb.id
             with self.assertRaises(airlock.NotFound):
                 await c.get_sandbox(sid)
