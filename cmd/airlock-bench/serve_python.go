@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,37 +15,41 @@ import (
 )
 
 // pythonBench drives the Python SDK (sdk/python) against the daemon at
-// sys.argv[1]: n exec round trips of `true` in one sandbox, then cycles
-// create+exec+destroy in a row, with policy sys.argv[4]. It prints the
-// milliseconds of each as JSON.
+// sys.argv[1] with policy sys.argv[2], batch by batch as stdin asks:
+// "rtt N" times N exec round trips of `true` in one sandbox, "cycle N" N
+// create+exec+destroy cycles in a row; each answer is a JSON line of
+// milliseconds. The Go side interleaves its own batches with these, so
+// both see the same load.
 const pythonBench = `
 import json, sys, time
 import airlock
-host, n, cycles, policy = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] or None
+host, policy = sys.argv[1], sys.argv[2] or None
 c = airlock.Client(host)
-rtt, cyc = [], []
 sb = c.create_sandbox(policy_name=policy)
-for i in range(-5, n):
-    t0 = time.perf_counter()
+for _ in range(5):
     c.exec(sb.id, ["true"])
-    if i >= 0:
-        rtt.append((time.perf_counter() - t0) * 1000)
+for line in sys.stdin:
+    what, n = line.split()
+    out = []
+    for i in range(int(n)):
+        t0 = time.perf_counter()
+        if what == "rtt":
+            c.exec(sb.id, ["true"])
+        else:
+            s = c.create_sandbox(policy_name=policy)
+            r = c.exec(s.id, ["true"])
+            c.delete_sandbox(s.id)
+            if r.exit_code != 0:
+                raise SystemExit("true exited %d" % r.exit_code)
+        out.append((time.perf_counter() - t0) * 1000)
+    print(json.dumps(out), flush=True)
 c.delete_sandbox(sb.id)
-for i in range(-1, cycles):
-    t0 = time.perf_counter()
-    s = c.create_sandbox(policy_name=policy)
-    r = c.exec(s.id, ["true"])
-    c.delete_sandbox(s.id)
-    if r.exit_code != 0:
-        raise SystemExit("true exited %d" % r.exit_code)
-    if i >= 0:
-        cyc.append((time.perf_counter() - t0) * 1000)
-print(json.dumps({"rtt": rtt, "cycle": cyc}))
 `
 
 // pythonRows measures the Python SDK next to the Go SDK on the same daemon
 // (socket sock, client c): the exec round trip of `true` (n*5 samples) and
-// 100 create+exec+destroy cycles in a row (policy "cold": no warm pool),
+// 100 create+exec+destroy cycles (policy "cold": no warm pool), in
+// batches of 10 that alternate between the SDKs,
 // and prints the medians with the ratio (target <= 1.3x). It prints why
 // when python3 or the SDK is missing.
 func pythonRows(c *client.Client, sock string, n int, sdkDir string) {
@@ -64,24 +69,39 @@ func pythonRows(c *client.Client, sock string, n int, sdkDir string) {
 		return
 	}
 	ctx := context.Background()
-	goRTT, goCycle := []float64{}, []float64{}
+	cmd := exec.Command(py, "-c", pythonBench, "unix://"+sock, "cold")
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Stderr = os.Stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		logf("python rows: %v", err)
+		return
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	lines := bufio.NewScanner(stdout)
+	pyBatch := func(what string, k int) ([]float64, error) {
+		fmt.Fprintf(stdin, "%s %d\n", what, k)
+		if !lines.Scan() {
+			return nil, fmt.Errorf("python3 ended: %v", lines.Err())
+		}
+		var xs []float64
+		err := json.Unmarshal(lines.Bytes(), &xs)
+		return xs, err
+	}
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandboxRequest{PolicyName: "cold"})
 	if err != nil {
 		logf("python rows: create: %v", err)
 		return
 	}
-	for i := -5; i < n*5; i++ {
+	defer c.DeleteSandbox(ctx, sb.ID)
+	goExec := func() (float64, error) {
 		t0 := time.Now()
-		if _, err := c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}}); err != nil {
-			logf("python rows: exec: %v", err)
-			return
-		}
-		if i >= 0 {
-			goRTT = append(goRTT, float64(time.Since(t0).Microseconds())/1000)
-		}
+		_, err := c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}})
+		return float64(time.Since(t0).Microseconds()) / 1000, err
 	}
-	c.DeleteSandbox(ctx, sb.ID)
-	for i := -1; i < cycles; i++ {
+	goCycle := func() (float64, error) {
 		t0 := time.Now()
 		s, err := c.CreateSandbox(ctx, &api.CreateSandboxRequest{PolicyName: "cold"})
 		if err == nil {
@@ -90,32 +110,37 @@ func pythonRows(c *client.Client, sock string, n int, sdkDir string) {
 				err = derr
 			}
 		}
-		if err != nil {
-			logf("python rows: cycle: %v", err)
-			return
+		return float64(time.Since(t0).Microseconds()) / 1000, err
+	}
+	// Interleaved batches of 10: Go, then Python, until each has its count.
+	var rows [2][2][]float64 // [rtt, cycle][Go, Python]
+	for i, spec := range []struct {
+		what  string
+		total int
+		run   func() (float64, error)
+	}{{"rtt", n * 5, goExec}, {"cycle", cycles, goCycle}} {
+		for done := 0; done < spec.total; done += 10 {
+			for j := 0; j < 10; j++ {
+				d, err := spec.run()
+				if err != nil {
+					logf("python rows: Go SDK %s: %v", spec.what, err)
+					return
+				}
+				rows[i][0] = append(rows[i][0], d)
+			}
+			xs, err := pyBatch(spec.what, 10)
+			if err != nil {
+				logf("python rows: Python SDK %s: %v", spec.what, err)
+				return
+			}
+			rows[i][1] = append(rows[i][1], xs...)
 		}
-		if i >= 0 {
-			goCycle = append(goCycle, float64(time.Since(t0).Microseconds())/1000)
-		}
 	}
-	cmd := exec.Command(py, "-c", pythonBench, "unix://"+sock, fmt.Sprint(n*5), fmt.Sprint(cycles), "cold")
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "PYTHONDONTWRITEBYTECODE=1")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		logf("python rows: %v", err)
-		return
-	}
-	var res struct{ RTT, Cycle []float64 }
-	if err := json.Unmarshal(out, &res); err != nil {
-		logf("python rows: bad output %q: %v", out, err)
-		return
-	}
-	fmt.Printf("%-48s %10s %10s %10s %s\n", "SDKs, same daemon (median)", "Go SDK", "Python", "ratio", "target")
+	fmt.Printf("%-48s %10s %10s %10s %s\n", "SDKs, same daemon, interleaved (median)", "Go SDK", "Python", "ratio", "target")
 	pair := func(name string, g, p []float64) {
 		gm, pm := median(sorted(g)), median(sorted(p))
 		fmt.Printf("%-48s %10s %10s %9.2fx %s\n", name, ms(gm), ms(pm), pm/gm, "<= 1.3x")
 	}
-	pair("exec round trip of true", goRTT, res.RTT)
-	pair(fmt.Sprintf("%d create+exec+destroy in a row, per cycle", cycles), goCycle, res.Cycle)
+	pair("exec round trip of true", rows[0][0], rows[0][1])
+	pair(fmt.Sprintf("%d create+exec+destroy in a row, per cycle", cycles), rows[1][0], rows[1][1])
 }
