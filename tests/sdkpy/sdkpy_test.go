@@ -8,7 +8,15 @@ package sdkpy
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,6 +111,8 @@ zipfile.ZipFile(sys.argv[1] + "/" + name).extractall(sys.argv[2])`, build, site)
 		t.Fatalf("the installed package lacks py.typed: %v", err)
 	}
 
+	certFile, keyFile := selfSigned(t)
+
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	// The tests import the installed copy, not the source tree.
@@ -118,6 +128,8 @@ zipfile.ZipFile(sys.argv[1] + "/" + name).extractall(sys.argv[2])`, build, site)
 		"AIRLOCK_TEST_TCP=http://"+addr,
 		"AIRLOCK_TEST_KEY="+key,
 		"AIRLOCK_TEST_LIMITED=unix://"+limited.Sock,
+		"AIRLOCK_TEST_TLS_CERT="+certFile,
+		"AIRLOCK_TEST_TLS_KEY="+keyFile,
 		"AIRLOCK_HOST=", "AIRLOCK_API_KEY=",
 	)
 	var out bytes.Buffer
@@ -142,4 +154,41 @@ zipfile.ZipFile(sys.argv[1] + "/" + name).extractall(sys.argv[2])`, build, site)
 	if strings.Contains(text, "skipped=") {
 		t.Fatal("the Python suite reports skipped tests")
 	}
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key (PEM), for
+// the Python tests' local HTTPS server.
+func selfSigned(t *testing.T) (string, string) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "airlock sdkpy test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
 }

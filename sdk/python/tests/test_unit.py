@@ -228,6 +228,33 @@ class TransportTest(unittest.TestCase):
             c.exec("sb-1", [])
 
 
+class TLSTest(unittest.TestCase):
+    """https:// through a real TLS server (its certificate made by the Go test)."""
+
+    def test_https(self):
+        import ssl
+        cert, key = os.environ.get("AIRLOCK_TEST_TLS_CERT"), os.environ.get("AIRLOCK_TEST_TLS_KEY")
+        if not cert or not key:
+            raise unittest.SkipTest("no test certificate: run through `go test -run TestPythonSDK ./tests/sdkpy/`")
+        srv = Server(lambda h, n: answer(h, 200, SANDBOX))
+        sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        sctx.load_cert_chain(cert, key)
+        srv.httpd.socket = sctx.wrap_socket(srv.httpd.socket, server_side=True)
+        url = srv.url.replace("http://", "https://") + "/prefix"
+        try:
+            trusted = ssl.create_default_context(cafile=cert)
+            c = airlock.Client(url, "k", ssl_context=trusted, timeout=10)
+            self.assertEqual(c.get_sandbox("sb-0123456789abcdef").id, "sb-0123456789abcdef")
+            self.assertEqual(srv.requests[-1][1], "/prefix/v1/sandboxes/sb-0123456789abcdef")
+            self.assertEqual(srv.requests[-1][2]["Authorization"], "Bearer k")
+            # A certificate nobody vouched for is refused.
+            with self.assertRaises(airlock.ConnectionFailed) as e:
+                airlock.Client(url, "k", timeout=10).get_sandbox("sb-0123456789abcdef")
+            self.assertIn("CERTIFICATE_VERIFY_FAILED", str(e.exception))
+        finally:
+            srv.close()
+
+
 class StreamTest(unittest.TestCase):
     def test_ndjson_resumes_from_cursor(self):
         cursors = []
