@@ -9,6 +9,10 @@ event loop's executor, and streams are async iterators::
         proc = await sb.spawn(["sh", "-c", "echo a; echo b >&2"])
         async for ev in proc.output():
             ...
+
+A blocking call runs to its end in its worker thread even if the task
+awaiting it is cancelled; a cancelled stream's thread ends at its next
+event.
 """
 
 from __future__ import annotations

@@ -358,6 +358,10 @@ class TCPKeyTest(unittest.TestCase):
         c = airlock.Client(TCP, KEY)
         with airlock.Sandbox.create(client=c) as sb:
             self.assertEqual(sb.exec(["echo", "tcp"]).stdout, b"tcp\n")
+            with sb.pty(["sh", "-c", "echo over-tcp"]) as t:  # the WebSocket carries the key too
+                self.assertIn(b"over-tcp", t.read_all(timeout=30))
+        with self.assertRaises(airlock.Unauthenticated):
+            airlock.Client(TCP, "wrong-key").pty("sb-0000000000000000", ["sh"])
         with self.assertRaises(airlock.Unauthenticated):
             airlock.Client(TCP, "wrong-key").list_sandboxes()
         old = os.environ.pop("AIRLOCK_API_KEY", None)
