@@ -433,9 +433,11 @@ class Client:
 
     # Keys (over the unix socket only).
 
-    def create_key(self, name: Optional[str] = None) -> models.APIKey:
-        """Make an API key; its secret (key) is in this answer only."""
-        return models.APIKey.from_dict(self._json("createKey", {}, None, models.CreateKeyRequest(name).to_dict()))
+    def create_key(self, name: Optional[str] = None, tenant: Optional[str] = None) -> models.APIKey:
+        """Make an API key; its secret (key) is in this answer only. A key
+        with a tenant reaches only the sandboxes made with keys of that
+        tenant; without one it is an operator key that sees all."""
+        return models.APIKey.from_dict(self._json("createKey", {}, None, models.CreateKeyRequest(name, tenant).to_dict()))
 
     def list_keys(self) -> models.KeyList:
         return models.KeyList.from_dict(self._json("listKeys", {}))

@@ -85,6 +85,7 @@ class Sandbox(Model):
     expires_at: Optional[str] = None
     idle_timeout_seconds: Optional[float] = None
     ended_at: Optional[str] = None
+    tenant: Optional[str] = None
 
 
 @dataclass
@@ -106,6 +107,7 @@ class CreateSandboxRequest(Model):
     timeout_seconds: Optional[float] = None
     idle_timeout_seconds: Optional[float] = None
     files: Optional[List[File]] = _f(model="File", many=True)
+    caches: Optional[List[str]] = None
 
 
 @dataclass
@@ -296,6 +298,7 @@ class APIKey(Model):
     id: str = ""
     created_at: str = ""
     name: Optional[str] = None
+    tenant: Optional[str] = None
     key: Optional[str] = None
     revoked_at: Optional[str] = None
     last_used_at: Optional[str] = None
@@ -304,6 +307,7 @@ class APIKey(Model):
 @dataclass
 class CreateKeyRequest(Model):
     name: Optional[str] = None
+    tenant: Optional[str] = None
 
 
 @dataclass
