@@ -182,12 +182,11 @@ class ExecTest(Live):
         threading.Thread(target=read, daemon=True).start()
         sb.delete()
         self.assertTrue(done.wait(60), "the stream did not end after the sandbox was deleted")
-        # It ends with the exit event, or with the API's error and message.
-        if errs:
-            self.assertIsInstance(errs[0], airlock.APIError)
-            self.assertIn("sandbox ended", errs[0].message)
-        else:
-            self.assertEqual(rest[-1].kind, "exit")
+        # It ends with the API's error: the sandbox was deleted (not found),
+        # never a made-up exit.
+        self.assertEqual(len(errs), 1, "the stream ended without an error: %r" % rest[-1:])
+        self.assertIsInstance(errs[0], airlock.NotFound)
+        self.assertIn("ended (deleted)", errs[0].message)
         with self.assertRaises(airlock.NotFound):
             list(p.output(cursor=""))
 
