@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlock-dev/airlock/internal/initbin"
 	"net"
 	"os"
 	"path/filepath"
@@ -107,6 +108,12 @@ func DefaultStateRoot() string {
 
 // Create implements runtime.Runtime.
 func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.Sandbox, retErr error) {
+	if builtWithCgo && len(initbin.Bin()) == 0 {
+		// The init would be this binary, and it could not set secure bits,
+		// capabilities and no_new_privs on all of its threads.
+		return nil, &LayerError{Layer: layerCaps, Err: errors.New("this airlock was built with cgo, and its sandbox init cannot drop privileges on every thread"),
+			Fix: "rebuild with CGO_ENABLED=0, as `make build` does"}
+	}
 	if !spec.Insecure.NoSeccomp && len(spec.Seccomp) == 0 {
 		return nil, &LayerError{Layer: layerSeccomp, Err: errors.New("no seccomp filter in the spec"), Fix: "compile the default profile, or pass --insecure-no-seccomp"}
 	}

@@ -1,0 +1,5 @@
+//go:build !cgo
+
+package native
+
+const builtWithCgo = false
