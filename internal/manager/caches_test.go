@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -32,7 +33,7 @@ func TestResolveCaches(t *testing.T) {
 	if c.Policies["default"].Caches[0] != "go" || len(c.Policies["default"].Caches) != 1 {
 		t.Errorf("the configured policy was changed: %q", c.Policies["default"].Caches)
 	}
-	ms, err := c.prepareCaches(p)
+	ms, err := c.prepareCaches(context.Background(), p)
 	if err != nil || len(ms) != 2 || ms[1].Source != filepath.Join(dir, "npm") {
 		t.Fatalf("prepare: %+v %v", ms, err)
 	}

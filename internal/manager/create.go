@@ -41,7 +41,10 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (_ 
 		return api.Sandbox{}, err
 	}
 	var sb *Sandbox
-	if rec.Policy == "" && rec.Resources == (api.Resources{}) && len(rec.Caches) == 0 {
+	_, tenant := TenantOf(ctx)
+	// A pool member's caches are the operator's: a tenant whose policy has
+	// caches gets a sandbox made with its own.
+	if rec.Policy == "" && rec.Resources == (api.Resources{}) && len(rec.Caches) == 0 && !(tenant && len(p.Caches) > 0) {
 		sb = m.takePooled(poolKey(req.Image, req.PolicyName))
 	}
 	if sb != nil {
@@ -129,7 +132,7 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 			m.met.errors.With("create").Inc()
 		}
 	}()
-	caches, err := m.cfg.prepareCaches(p)
+	caches, err := m.cfg.prepareCaches(ctx, p)
 	if err != nil {
 		return nil, err
 	}

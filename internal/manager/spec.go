@@ -242,7 +242,8 @@ func newSpecCache() *specCache { return &specCache{m: map[string]*runtime.Spec{}
 func (c *specCache) get(p *policy.Policy, rec specRecord, o sandbox.Opts) (*runtime.Spec, error) {
 	key := ""
 	if rec.Policy == "" {
-		key = fmt.Sprintf("%s\x00%s\x00%+v\x00%q", rec.Image, rec.PolicyName, rec.Resources, rec.Caches)
+		// The caches' host directories too: each tenant has its own.
+		key = fmt.Sprintf("%s\x00%s\x00%+v\x00%q\x00%+v", rec.Image, rec.PolicyName, rec.Resources, rec.Caches, o.Caches)
 		c.mu.Lock()
 		s := c.m[key]
 		c.mu.Unlock()

@@ -154,6 +154,38 @@ func TestTenants(t *testing.T) {
 		t.Fatalf("globex delete: %v", err)
 	}
 
+	// Caches are per tenant: what acme's sandboxes write, globex's and the
+	// operator's never read; acme's next sandbox does (the control).
+	withCache := func(c *client.Client) *api.Sandbox {
+		t.Helper()
+		sb, err := c.CreateSandbox(ctx, &api.CreateSandboxRequest{Caches: []string{"pip"}})
+		if err != nil {
+			t.Fatalf("create with a cache: %v", err)
+		}
+		return sb
+	}
+	readCache := func(c *client.Client, id string) string {
+		t.Helper()
+		res, err := c.Exec(ctx, id, &api.ExecRequest{Argv: []string{"sh", "-c", "cat /cache/pip/mark 2>/dev/null; true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res.Stdout)
+	}
+	a1 := withCache(acme)
+	if res, err := acme.Exec(ctx, a1.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "echo acme-wrote > /cache/pip/mark"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("write the cache: %+v %v", res, err)
+	}
+	if got := readCache(acme, withCache(acme).ID); got != "acme-wrote\n" {
+		t.Fatalf("control: acme's next sandbox reads %q from its cache", got)
+	}
+	if got := readCache(globex, withCache(globex).ID); got != "" {
+		t.Fatalf("globex's sandbox reads acme's cache: %q", got)
+	}
+	if got := readCache(op, withCache(op).ID); got != "" {
+		t.Fatalf("the operator's sandbox reads acme's cache: %q", got)
+	}
+
 	// The CLI: keys create --tenant and the tenant column.
 	out, err := exec.Command(airlockBin, "keys", "create", "--host", "unix://"+d.sock, "--tenant", "initech", "--name", "cli").Output()
 	if err != nil || !strings.HasPrefix(string(out), "alk_") {
