@@ -240,6 +240,12 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		}
 		return
 	}
+	// As E2B's edge does, a sandbox that is gone (or was never there)
+	// answers 502 on every port: the SDKs read it as "not running".
+	if sb, err := s.m.Get(r.Context(), id); err != nil || sb.State == "stopped" || sb.State == "failed" {
+		writeErr(rec, http.StatusBadGateway, "sandbox "+errdefs.Quote(id)+" is not running")
+		return
+	}
 	if port == EnvdPort {
 		s.envd.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), sandboxKey{}, id)))
 		return
