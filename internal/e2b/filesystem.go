@@ -12,8 +12,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/airlock-dev/airlock/internal/errdefs"
 	pb "github.com/airlock-dev/airlock/internal/e2b/proto/filesystem"
+	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/manager"
 	"github.com/airlock-dev/airlock/internal/runtime"
 )

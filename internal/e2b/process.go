@@ -14,9 +14,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/airlock-dev/airlock/api"
+	pb "github.com/airlock-dev/airlock/internal/e2b/proto/process"
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/manager"
-	pb "github.com/airlock-dev/airlock/internal/e2b/proto/process"
 )
 
 // processService is envd's process service over airlock's processes. An
