@@ -154,6 +154,7 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[pb.Sta
 		}
 	}
 	if m.Tag != nil {
+		ps.s.pruneTags(ctx)
 		ps.s.mu.Lock()
 		if ps.s.tags[id] == nil {
 			ps.s.tags[id] = map[string]uint32{}
@@ -322,4 +323,21 @@ func (ps *processService) CloseStdin(ctx context.Context, req *connect.Request[p
 		return nil, rpcErr(err)
 	}
 	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
+}
+
+// pruneTags forgets the tags of sandboxes that are gone.
+func (s *Server) pruneTags(ctx context.Context) {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.tags))
+	for id := range s.tags {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		if sb, err := s.m.Get(ctx, id); errors.Is(err, errdefs.ErrNotFound) || err == nil && (sb.State == api.StateStopped || sb.State == api.StateFailed) {
+			s.mu.Lock()
+			delete(s.tags, id)
+			s.mu.Unlock()
+		}
+	}
 }
