@@ -61,6 +61,10 @@ type Sandbox struct {
 	LastActivityAt     time.Time  `json:"last_activity_at"`
 	EndedAt            *time.Time `json:"ended_at,omitempty"`
 	Resources          Resources  `json:"resources"`
+	// Tenant is the tenant of the API key that created the sandbox
+	// (absent for an admin key or the unix socket). A tenant's key sees
+	// only its tenant's sandboxes.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Resources are a sandbox's limits. Sizes are strings with an optional
@@ -391,11 +395,17 @@ type APIKey struct {
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
 	LastUsed  *time.Time `json:"last_used_at,omitempty"`
+	// Tenant limits the key to its tenant's sandboxes, through every API
+	// (airlock's and E2B's); absent for an admin key, which sees all.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // CreateKeyRequest is the body of POST /v1/keys.
 type CreateKeyRequest struct {
 	Name string `json:"name,omitempty"`
+	// Tenant makes a tenant's key (letters, digits, '-', '_' and '.', at
+	// most 64); absent: an admin key.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // KeyList is the body of GET /v1/keys.

@@ -12,8 +12,14 @@ import (
 // over the daemon's unix socket: over TCP, CreateKey, ListKeys and RevokeKey
 // fail with ErrForbidden.
 func (c *Client) CreateKey(ctx context.Context, name string) (*api.APIKey, error) {
+	return c.CreateTenantKey(ctx, name, "")
+}
+
+// CreateTenantKey creates an API key of a tenant: it lists, sees and
+// touches only its tenant's sandboxes ("" makes an admin key).
+func (c *Client) CreateTenantKey(ctx context.Context, name, tenant string) (*api.APIKey, error) {
 	var k api.APIKey
-	if err := c.call(ctx, http.MethodPost, api.Version+"/keys", nil, &api.CreateKeyRequest{Name: name}, &k); err != nil {
+	if err := c.call(ctx, http.MethodPost, api.Version+"/keys", nil, &api.CreateKeyRequest{Name: name, Tenant: tenant}, &k); err != nil {
 		return nil, err
 	}
 	return &k, nil

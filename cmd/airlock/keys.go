@@ -24,9 +24,9 @@ Keys can be managed only over the daemon's unix socket.`,
 }
 
 func newKeysCreateCmd() *cobra.Command {
-	var name string
+	var name, tenant string
 	cmd := &cobra.Command{
-		Use:   "create [--name NAME]",
+		Use:   "create [--name NAME] [--tenant T]",
 		Short: "Create an API key and print its secret",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -34,7 +34,7 @@ func newKeysCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			k, err := c.CreateKey(cmd.Context(), name)
+			k, err := c.CreateTenantKey(cmd.Context(), name, tenant)
 			if err != nil {
 				return apiFail(cmd, c, "keys create", err)
 			}
@@ -44,6 +44,7 @@ func newKeysCreateCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "a name to tell the key by")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "make a tenant's key: it lists, sees and touches only the sandboxes made with its tenant's keys (default: an admin key, which sees all)")
 	addHostFlag(cmd)
 	return cmd
 }

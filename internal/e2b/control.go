@@ -117,12 +117,15 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		s.log.Log(r.Context(), level, "e2b request", attrs...)
 	}()
 	key := apiKey(r)
+	k := s.auth(r.Context(), key)
 	if key == "" {
 		err = ctlErr(http.StatusUnauthorized, "an API key is required: send X-API-Key (make one with `airlock keys create`)")
-	} else if !s.keyOK(r.Context(), key) {
+	} else if k == nil {
 		err = ctlErr(http.StatusUnauthorized, "invalid or revoked API key")
 	} else if s.ready(rec, r) {
-		err = s.route(rec, r)
+		// A tenant's key: its creations are its tenant's, and any other
+		// sandbox is not found.
+		err = s.route(rec, r.WithContext(manager.WithTenant(r.Context(), k.Tenant)))
 	} else {
 		return
 	}
@@ -156,6 +159,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) error {
 		return ctlErr(http.StatusMethodNotAllowed, "%s %s: method not allowed", method, r.URL.Path)
 	}
 	id := parts[1]
+	if err := s.m.CheckTenant(r.Context(), id); err != nil {
+		return sandboxErr(id, err)
+	}
 	switch {
 	case len(parts) == 2 && method == http.MethodGet && !v2:
 		return s.get(w, r, id)

@@ -145,12 +145,25 @@ func apiKey(r *http.Request) string {
 	return ""
 }
 
-func (s *Server) keyOK(ctx context.Context, key string) bool {
+// auth returns the valid API key whose text is key, or nil.
+func (s *Server) auth(ctx context.Context, key string) *store.Key {
 	if key == "" {
-		return false
+		return nil
 	}
-	_, err := s.st.Authenticate(ctx, key)
-	return err == nil
+	k, err := s.st.Authenticate(ctx, key)
+	if err != nil {
+		return nil
+	}
+	return k
+}
+
+func (s *Server) keyOK(ctx context.Context, key string) bool { return s.auth(ctx, key) != nil }
+
+// keyFor says whether key is valid for sandbox id: an admin key, or a key
+// of the tenant that owns it.
+func (s *Server) keyFor(ctx context.Context, key, id string) bool {
+	k := s.auth(ctx, key)
+	return k != nil && s.m.CheckTenant(manager.WithTenant(ctx, k.Tenant), id) == nil
 }
 
 // Handler serves E2B's API in front of next (airlock's own API): requests
@@ -232,7 +245,7 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 	if tok == "" {
 		tok = r.Header.Get("E2b-Traffic-Access-Token")
 	}
-	if !s.tokenOK(id, tok) && !s.keyOK(r.Context(), apiKey(r)) {
+	if !s.tokenOK(id, tok) && !s.keyFor(r.Context(), apiKey(r), id) {
 		if tok == "" && apiKey(r) == "" {
 			writeErr(rec, http.StatusUnauthorized, "an access token is required: send X-Access-Token (the sandbox's envdAccessToken) or X-API-Key")
 		} else {

@@ -150,7 +150,11 @@ func (m *Manager) List(ctx context.Context, o ListOptions) (api.SandboxList, err
 		return api.SandboxList{}, invalid("limit %d: want 1 to 1000", o.Limit)
 	}
 	notPooled := ""
-	recs, next, err := m.st.ListSandboxes(ctx, store.Filter{States: o.States, Labels: o.Labels, Pool: &notPooled, Limit: o.Limit, Cursor: o.Cursor})
+	f := store.Filter{States: o.States, Labels: o.Labels, Pool: &notPooled, Limit: o.Limit, Cursor: o.Cursor}
+	if t, ok := TenantOf(ctx); ok {
+		f.Tenant = &t
+	}
+	recs, next, err := m.st.ListSandboxes(ctx, f)
 	if err != nil {
 		if errors.Is(err, store.ErrBadCursor) {
 			return api.SandboxList{}, invalid("cursor %s: not a cursor this daemon gave out", errdefs.Quote(o.Cursor))

@@ -77,7 +77,7 @@ func (sb *Sandbox) view() api.Sandbox {
 		ID: sb.id, State: r.State, Labels: maps.Clone(r.Labels), Image: sb.spec.Image,
 		Policy: sb.spec.PolicyName, Reason: r.Reason, CreatedAt: r.CreatedAt,
 		ExpiresAt: r.ExpiresAt, EndedAt: r.EndedAt, LastActivityAt: sb.activity,
-		IdleTimeoutSeconds: r.IdleTimeout.Seconds(), Resources: sb.spec.Resources,
+		IdleTimeoutSeconds: r.IdleTimeout.Seconds(), Resources: sb.spec.Resources, Tenant: r.Tenant,
 	}
 	if sb.spec.Policy != "" {
 		v.Policy = "inline"

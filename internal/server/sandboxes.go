@@ -121,7 +121,10 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Name) > 256 || strings.ContainsAny(req.Name, "\x00\n") {
 		return badRequest("name: up to 256 bytes on one line")
 	}
-	secret, k, err := s.st.CreateKey(r.Context(), req.Name)
+	if err := checkTenantName(req.Tenant); err != nil {
+		return err
+	}
+	secret, k, err := s.st.CreateTenantKey(r.Context(), req.Name, req.Tenant)
 	if err != nil {
 		return err
 	}
@@ -147,5 +150,19 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// checkTenantName validates a tenant's name: 1 to 64 letters, digits, '-',
+// '_' and '.' ("" is no tenant).
+func checkTenantName(t string) error {
+	if len(t) > 64 {
+		return badRequest("tenant: %d bytes, the most is 64", len(t))
+	}
+	for _, c := range t {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return badRequest("tenant %s: want letters, digits, '-', '_' and '.'", errdefs.Quote(t))
+		}
+	}
 	return nil
 }

@@ -123,7 +123,8 @@ func (s *Server) wrap(rt api.Route, h handler, remote bool) http.Handler {
 			s.log.Log(r.Context(), level, "request", attrs...)
 		}()
 		if remote && !public[rt.Op] {
-			if err = s.authenticate(r); err != nil {
+			var key *store.Key
+			if key, err = s.authenticate(r); err != nil {
 				rec.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 				s.writeError(rec, err)
 				return
@@ -132,6 +133,15 @@ func (s *Server) wrap(rt api.Route, h handler, remote bool) http.Handler {
 				err = &apiError{http.StatusForbidden, api.CodeForbidden, "API keys can be managed only over the daemon's unix socket"}
 				s.writeError(rec, err)
 				return
+			}
+			// A tenant's key: its creations are its tenant's, and any
+			// other sandbox is not found.
+			r = r.WithContext(manager.WithTenant(r.Context(), key.Tenant))
+			if strings.Contains(rt.Path, "{id}") {
+				if err = s.m.CheckTenant(r.Context(), r.PathValue("id")); err != nil {
+					s.writeError(rec, err)
+					return
+				}
 			}
 		}
 		// Until the sandboxes of a previous daemon are re-adopted, calls
@@ -156,20 +166,21 @@ func (s *Server) wrap(rt api.Route, h handler, remote bool) http.Handler {
 	})
 }
 
-// authenticate checks the request's API key.
-func (s *Server) authenticate(r *http.Request) error {
+// authenticate checks the request's API key and returns it.
+func (s *Server) authenticate(r *http.Request) (*store.Key, error) {
 	h := r.Header.Get("Authorization")
 	key, ok := strings.CutPrefix(h, "Bearer ")
 	if h == "" {
-		return &apiError{http.StatusUnauthorized, api.CodeUnauthorized, "an API key is required: send Authorization: Bearer <key> (make one with `airlock keys create`)"}
+		return nil, &apiError{http.StatusUnauthorized, api.CodeUnauthorized, "an API key is required: send Authorization: Bearer <key> (make one with `airlock keys create`)"}
 	}
 	if !ok || key == "" {
-		return &apiError{http.StatusUnauthorized, api.CodeUnauthorized, "Authorization: want Bearer <key>"}
+		return nil, &apiError{http.StatusUnauthorized, api.CodeUnauthorized, "Authorization: want Bearer <key>"}
 	}
-	if _, err := s.st.Authenticate(r.Context(), key); err != nil {
-		return &apiError{http.StatusUnauthorized, api.CodeUnauthorized, "invalid or revoked API key"}
+	k, err := s.st.Authenticate(r.Context(), key)
+	if err != nil {
+		return nil, &apiError{http.StatusUnauthorized, api.CodeUnauthorized, "invalid or revoked API key"}
 	}
-	return nil
+	return k, nil
 }
 
 // statusWriter records the status written.

@@ -113,5 +113,5 @@ func secondsParam(r *http.Request, name string, def, max time.Duration) (time.Du
 
 // keyView is the API's picture of a key (never its secret).
 func keyView(k *store.Key) api.APIKey {
-	return api.APIKey{ID: k.ID, Name: k.Name, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt, LastUsed: k.LastUsed}
+	return api.APIKey{ID: k.ID, Name: k.Name, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt, LastUsed: k.LastUsed, Tenant: k.Tenant}
 }

@@ -26,6 +26,9 @@ type Key struct {
 	CreatedAt time.Time
 	RevokedAt *time.Time // nil while valid
 	LastUsed  *time.Time // to within a minute; nil if never used
+	// Tenant limits the key to its tenant's sandboxes; "" is an admin key,
+	// which sees every sandbox.
+	Tenant string
 }
 
 // An API key reads alk_<id>_<secret>: id is 12 lowercase hex digits, secret
@@ -45,12 +48,17 @@ const lastUsedEvery = time.Minute
 // CreateKey creates an API key named name. The returned secret is the whole
 // key, to be shown to its owner once: the store keeps only its hash.
 func (s *Store) CreateKey(ctx context.Context, name string) (secret string, k *Key, err error) {
+	return s.CreateTenantKey(ctx, name, "")
+}
+
+// CreateTenantKey creates an API key of a tenant ("" for an admin key).
+func (s *Store) CreateTenantKey(ctx context.Context, name, tenant string) (secret string, k *Key, err error) {
 	raw := make([]byte, 32)
 	rand.Read(raw) // crypto/rand.Read never returns an error
 	sec := base64.RawURLEncoding.EncodeToString(raw)
 	var e timeEnc
 	created := e.at(s.now())
-	k = &Key{Name: name, CreatedAt: decTime(created)}
+	k = &Key{Name: name, CreatedAt: decTime(created), Tenant: tenant}
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		for range 3 { // 48-bit IDs: a collision is unlikely, but cheap to retry
 			idb := make([]byte, keyIDLen/2)
@@ -59,8 +67,8 @@ func (s *Store) CreateKey(ctx context.Context, name string) (secret string, k *K
 			var one int
 			err := tx.QueryRowContext(ctx, `SELECT 1 FROM api_keys WHERE id = ?`, k.ID).Scan(&one)
 			if errors.Is(err, sql.ErrNoRows) {
-				_, err = tx.ExecContext(ctx, `INSERT INTO api_keys (id, name, hash, created_at) VALUES (?, ?, ?, ?)`,
-					k.ID, name, hashSecret(sec), created)
+				_, err = tx.ExecContext(ctx, `INSERT INTO api_keys (id, name, hash, created_at, tenant) VALUES (?, ?, ?, ?, ?)`,
+					k.ID, name, hashSecret(sec), created, tenant)
 				return err
 			}
 			if err != nil {
@@ -85,7 +93,7 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (*Key, error) {
 	}
 	var hash []byte
 	k, err := scanKey(s.db.QueryRowContext(ctx,
-		`SELECT id, name, created_at, revoked_at, last_used, hash FROM api_keys WHERE id = ?`, id), &hash)
+		`SELECT id, name, created_at, revoked_at, last_used, tenant, hash FROM api_keys WHERE id = ?`, id), &hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("key %s: %w", id, ErrBadKey)
 	}
@@ -117,7 +125,7 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (*Key, error) {
 // ListKeys returns all keys, revoked ones included, oldest first.
 func (s *Store) ListKeys(ctx context.Context) ([]*Key, error) {
 	rows, err := s.db.QueryContext(ctx,
-		`SELECT id, name, created_at, revoked_at, last_used FROM api_keys ORDER BY created_at, id`)
+		`SELECT id, name, created_at, revoked_at, last_used, tenant FROM api_keys ORDER BY created_at, id`)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +186,7 @@ func scanKey(sc scanner, extra ...any) (*Key, error) {
 	var k Key
 	var created int64
 	var revoked, used sql.NullInt64
-	if err := sc.Scan(append([]any{&k.ID, &k.Name, &created, &revoked, &used}, extra...)...); err != nil {
+	if err := sc.Scan(append([]any{&k.ID, &k.Name, &created, &revoked, &used, &k.Tenant}, extra...)...); err != nil {
 		return nil, err
 	}
 	k.CreatedAt, k.RevokedAt, k.LastUsed = decTime(created), decTimePtr(revoked), decTimePtr(used)

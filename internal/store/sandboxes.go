@@ -28,6 +28,10 @@ type Sandbox struct {
 	// HostUID and HostGID are the host ids root inside the sandbox runs
 	// as (the first of its leased range as root); 0 when not recorded.
 	HostUID, HostGID int
+
+	// Tenant is the tenant of the API key that made the sandbox; "" for
+	// an admin key or the unix socket.
+	Tenant string
 }
 
 // Filter selects sandboxes for ListSandboxes. The zero Filter selects all.
@@ -37,10 +41,11 @@ type Filter struct {
 	Pool   *string           // nil: any; "": not pooled only; "k": members of pool k
 	Limit  int               // 0: no limit
 	Cursor string            // from a previous page
+	Tenant *string           // nil: any; else that tenant's only
 }
 
 const sandboxCols = `id, state, reason, image, policy, spec, pool,
-	created_at, last_activity, expires_at, deadline, ended_at, idle_timeout, host_uid, host_gid`
+	created_at, last_activity, expires_at, deadline, ended_at, idle_timeout, host_uid, host_gid, tenant`
 
 // PutSandbox inserts sb or replaces the record with its ID, labels included.
 // The sandbox's processes are kept.
@@ -51,7 +56,7 @@ func (s *Store) PutSandbox(ctx context.Context, sb *Sandbox) error {
 	var e timeEnc
 	args := []any{sb.ID, sb.State, sb.Reason, sb.Image, sb.Policy, nilIfEmpty(sb.Spec), sb.Pool,
 		e.at(sb.CreatedAt), e.at(sb.LastActivity), e.ptr(sb.ExpiresAt), e.ptr(sb.Deadline), e.ptr(sb.EndedAt),
-		int64(sb.IdleTimeout), sb.HostUID, sb.HostGID}
+		int64(sb.IdleTimeout), sb.HostUID, sb.HostGID, sb.Tenant}
 	if e.err != nil {
 		return fmt.Errorf("sandbox %q: %w", sb.ID, e.err)
 	}
@@ -59,14 +64,14 @@ func (s *Store) PutSandbox(ctx context.Context, sb *Sandbox) error {
 		// An upsert, not INSERT OR REPLACE: replacing would delete the row and
 		// cascade to its processes.
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET
 				state = excluded.state, reason = excluded.reason, image = excluded.image,
 				policy = excluded.policy, spec = excluded.spec, pool = excluded.pool,
 				created_at = excluded.created_at, last_activity = excluded.last_activity,
 				expires_at = excluded.expires_at, deadline = excluded.deadline,
 				ended_at = excluded.ended_at, idle_timeout = excluded.idle_timeout,
-				host_uid = excluded.host_uid, host_gid = excluded.host_gid`, args...)
+				host_uid = excluded.host_uid, host_gid = excluded.host_gid, tenant = excluded.tenant`, args...)
 		if err != nil {
 			return err
 		}
@@ -218,6 +223,10 @@ func (s *Store) ListSandboxes(ctx context.Context, f Filter) (list []*Sandbox, n
 			args = append(args, st)
 		}
 	}
+	if f.Tenant != nil {
+		where = append(where, `s.tenant = ?`)
+		args = append(args, *f.Tenant)
+	}
 	if f.Pool != nil {
 		where = append(where, `s.pool = ?`)
 		args = append(args, *f.Pool)
@@ -314,7 +323,7 @@ func scanSandbox(sc scanner) (*Sandbox, error) {
 	var created, last, idle int64
 	var exp, deadline, ended sql.NullInt64
 	err := sc.Scan(&sb.ID, &sb.State, &sb.Reason, &sb.Image, &sb.Policy, &sb.Spec, &sb.Pool,
-		&created, &last, &exp, &deadline, &ended, &idle, &sb.HostUID, &sb.HostGID)
+		&created, &last, &exp, &deadline, &ended, &idle, &sb.HostUID, &sb.HostGID, &sb.Tenant)
 	if err != nil {
 		return nil, err
 	}

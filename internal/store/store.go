@@ -185,6 +185,10 @@ var migrations = []string{
 	ALTER TABLE sandboxes ADD COLUMN host_gid INTEGER NOT NULL DEFAULT 0;`,
 	// 4: why a process ended when it did not end of its own accord.
 	`ALTER TABLE processes ADD COLUMN end_reason TEXT NOT NULL DEFAULT '';`,
+	// 5: tenants. A key with a tenant sees only its tenant's sandboxes; ""
+	// is an admin key (and a sandbox made by one).
+	`ALTER TABLE api_keys ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sandboxes ADD COLUMN tenant TEXT NOT NULL DEFAULT '';`,
 }
 
 // migrate applies the migrations the database has not seen, each in its own

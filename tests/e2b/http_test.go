@@ -101,6 +101,9 @@ type created struct {
 
 func (d *e2bd) create(t *testing.T, body map[string]any) created {
 	t.Helper()
+	if _, ok := body["timeout"]; !ok {
+		body["timeout"] = 600 // E2B's default, 15 s, is shorter than a test on a loaded machine
+	}
 	r := d.api(t, "POST", "/sandboxes", body)
 	if r.status != http.StatusCreated {
 		t.Fatalf("create %v: %d %s", body, r.status, r.body)
