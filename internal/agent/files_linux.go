@@ -185,7 +185,14 @@ func (s *Server) file(req *FileRequest, files []*os.File) {
 				src = FramedReader(f)
 			}
 			r := &FileResult{Seq: req.Seq}
-			if err := tarIn(path, src); err != nil {
+			err := tarIn(path, src)
+			if err == nil && req.Framed {
+				// What follows the archive's end, to the end mark: a
+				// stream cut there still failed (and the sender is not
+				// left writing into a closed pipe).
+				_, err = io.Copy(io.Discard, src)
+			}
+			if err != nil {
 				r.Error, r.Kind = err.Error(), errKind(err)
 			}
 			s.send(&Message{Type: TypeFileResult, Result: r})
