@@ -139,13 +139,8 @@ func (f *fsService) ListDir(ctx context.Context, req *connect.Request[pb.ListDir
 	if depth <= 0 {
 		depth = 1
 	}
-	fi, err := fsys.Stat(ctx, p)
-	if err != nil {
-		return nil, rpcErr(err)
-	}
-	if !fi.Dir {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %s is not a directory", errdefs.Quote(p)))
-	}
+	// No Stat first (one call less): listing a file is the agent's
+	// ENOTDIR, an invalid argument.
 	out := &pb.ListDirResponse{}
 	var walk func(dir string, level int) error
 	walk = func(dir string, level int) error {

@@ -389,6 +389,12 @@ func TestEnvdBadInput(t *testing.T) {
 	wantStatus(t, "unknown pid", d.rpc(t, id, tok, "/process.Process/SendSignal", map[string]any{"process": map[string]any{"pid": 999999}, "signal": "SIGNAL_SIGKILL"}), 404)
 	wantStatus(t, "stat of a missing file", d.rpc(t, id, tok, "/filesystem.Filesystem/Stat", map[string]any{"path": "nope"}), 404)
 	wantStatus(t, "NUL in a path", d.rpc(t, id, tok, "/filesystem.Filesystem/Stat", map[string]any{"path": "a\x00b"}), 400)
+	wantStatus(t, "list a directory", d.rpc(t, id, tok, "/filesystem.Filesystem/ListDir", map[string]any{"path": "/etc"}), 200)
+	wantStatus(t, "list a file", d.rpc(t, id, tok, "/filesystem.Filesystem/ListDir", map[string]any{"path": "/etc/hostname"}), 400)
+	wantStatus(t, "list a missing directory", d.rpc(t, id, tok, "/filesystem.Filesystem/ListDir", map[string]any{"path": "nope"}), 404)
+	if r := d.envd(t, id, tok, "POST", "/filesystem.Filesystem/WatchDir", stream, bytes.NewReader(connectFrame(0, []byte(`{"path":"/etc/hostname"}`)))); !strings.Contains(r.body, `"invalid_argument"`) {
+		t.Errorf("watch a file: %d %q, want an invalid_argument end of stream", r.status, r.body)
+	}
 
 	// Paths that climb out of /workspace stay in the sandbox's own view.
 	hostFile := filepath.Join(t.TempDir(), "escape.txt")
