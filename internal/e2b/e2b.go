@@ -69,6 +69,7 @@ type Server struct {
 
 	mu   sync.Mutex
 	tags map[string]map[string]uint32 // sandbox -> process tag -> pid
+	ptys map[string]*terminal         // sandbox/process -> open terminal
 }
 
 // New makes the E2B server. Its token key is <dataDir>/e2b.key, made on
@@ -78,7 +79,7 @@ func New(m *manager.Manager, st *store.Store, log *slog.Logger, dataDir string) 
 	if err != nil {
 		return nil, fmt.Errorf("e2b: token key: %w", err)
 	}
-	s := &Server{m: m, st: st, log: log, key: key, tags: map[string]map[string]uint32{}}
+	s := &Server{m: m, st: st, log: log, key: key, tags: map[string]map[string]uint32{}, ptys: map[string]*terminal{}}
 	s.envd = s.envdHandler()
 	s.proxyTr = s.previewTransport()
 	return s, nil

@@ -108,7 +108,7 @@ func (ps *processService) List(ctx context.Context, req *connect.Request[pb.List
 	out := &pb.ListResponse{}
 	for _, p := range list.Processes {
 		pid, ok := pidOf(p.ID)
-		if !ok || p.State != api.ProcessRunning || p.TTY {
+		if !ok || p.State != api.ProcessRunning || p.TTY && ps.s.terminal(id, p.ID) == nil {
 			continue
 		}
 		info := &pb.ProcessInfo{Pid: pid, Config: processConfig(p)}
@@ -135,14 +135,19 @@ func processConfig(p api.Process) *pb.ProcessConfig {
 func (ps *processService) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
 	id := sandboxOf(ctx)
 	m := req.Msg
-	if m.Pty != nil {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("pty: terminals are not served through the E2B API (use airlock's /v1 PTY sessions)"))
-	}
 	cfg := m.GetProcess()
 	if cfg.GetCmd() == "" {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd: empty"))
 	}
 	er := &api.ExecRequest{Argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: cfg.GetEnvs(), Cwd: cfg.GetCwd()}
+	if m.Pty != nil {
+		var mu sync.Mutex
+		return ps.startPTY(ctx, id, m, er, func(ev *pb.ProcessEvent) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return stream.Send(&pb.StartResponse{Event: ev})
+		})
+	}
 	p, err := ps.s.m.Start(ctx, id, er)
 	if err != nil {
 		return rpcErr(err)
@@ -154,13 +159,7 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[pb.Sta
 		}
 	}
 	if m.Tag != nil {
-		ps.s.pruneTags(ctx)
-		ps.s.mu.Lock()
-		if ps.s.tags[id] == nil {
-			ps.s.tags[id] = map[string]uint32{}
-		}
-		ps.s.tags[id][*m.Tag] = pid
-		ps.s.mu.Unlock()
+		ps.s.setTag(ctx, id, *m.Tag, pid)
 	}
 	return ps.follow(ctx, id, p.ID, pid, keepalive(req.Header()), func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: ev})
@@ -176,6 +175,9 @@ func (ps *processService) Connect(ctx context.Context, req *connect.Request[pb.C
 	p, err := ps.s.m.Process(ctx, id, pidS)
 	if err != nil {
 		return rpcErr(err)
+	}
+	if p.TTY {
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New("process "+p.ID+" runs on a terminal: its output goes to the stream that started it"))
 	}
 	pid, _ := pidOf(p.ID)
 	return ps.follow(ctx, id, p.ID, pid, keepalive(req.Header()), func(ev *pb.ProcessEvent) error {
@@ -248,17 +250,18 @@ func signalName(n int) string {
 	return "signal " + strconv.Itoa(n)
 }
 
-func (ps *processService) Update(ctx context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pty: terminals are not served through the E2B API"))
-}
-
 func (ps *processService) input(ctx context.Context, id string, sel *pb.ProcessSelector, in *pb.ProcessInput) error {
 	pidS, err := ps.selected(id, sel)
 	if err != nil {
 		return err
 	}
-	if _, ok := in.GetInput().(*pb.ProcessInput_Pty); ok {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("pty input: terminals are not served through the E2B API"))
+	if v, ok := in.GetInput().(*pb.ProcessInput_Pty); ok {
+		t := ps.s.terminal(id, pidS)
+		if t == nil {
+			return connect.NewError(connect.CodeNotFound, errors.New("no terminal of process "+pidS+" is open"))
+		}
+		_, err := t.master.Write(v.Pty)
+		return rpcErr(err)
 	}
 	return rpcErr(ps.s.m.Stdin(ctx, id, pidS, bytes.NewReader(in.GetStdin()), false))
 }
@@ -340,4 +343,15 @@ func (s *Server) pruneTags(ctx context.Context) {
 			s.mu.Unlock()
 		}
 	}
+}
+
+// setTag names a process of a sandbox by a tag.
+func (s *Server) setTag(ctx context.Context, id, tag string, pid uint32) {
+	s.pruneTags(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tags[id] == nil {
+		s.tags[id] = map[string]uint32{}
+	}
+	s.tags[id][tag] = pid
 }

@@ -385,7 +385,7 @@ func TestEnvdBadInput(t *testing.T) {
 	wantStatus(t, "unary control", r, 200)
 	wantStatus(t, "unary with bad JSON", d.envd(t, id, tok, "POST", "/process.Process/List", map[string]string{"Content-Type": "application/json"}, strings.NewReader("{")), 400)
 	wantStatus(t, "unknown method", d.rpc(t, id, tok, "/process.Process/Nope", map[string]any{}), 404)
-	wantStatus(t, "PTY (not served)", d.rpc(t, id, tok, "/process.Process/Update", map[string]any{"process": map[string]any{"pid": 1}}), 501)
+	wantStatus(t, "resizing a process without a terminal", d.rpc(t, id, tok, "/process.Process/Update", map[string]any{"process": map[string]any{"pid": 1}, "pty": map[string]any{"size": map[string]any{"cols": 10, "rows": 10}}}), 404)
 	wantStatus(t, "unknown pid", d.rpc(t, id, tok, "/process.Process/SendSignal", map[string]any{"process": map[string]any{"pid": 999999}, "signal": "SIGNAL_SIGKILL"}), 404)
 	wantStatus(t, "stat of a missing file", d.rpc(t, id, tok, "/filesystem.Filesystem/Stat", map[string]any{"path": "nope"}), 404)
 	wantStatus(t, "NUL in a path", d.rpc(t, id, tok, "/filesystem.Filesystem/Stat", map[string]any{"path": "a\x00b"}), 400)

@@ -89,7 +89,7 @@ func TestSDK(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("the SDK program failed after steps %v: %v\n%s", order, err, stderr.String())
 	}
-	want := []string{"create", "run", "exit-error", "background", "stdin", "files", "list", "pause-connect", "timeout-info", "port", "keep", "kill", "errors", "done"}
+	want := []string{"create", "run", "exit-error", "background", "stdin", "pty", "files", "list", "pause-connect", "timeout-info", "port", "keep", "kill", "errors", "done"}
 	if strings.Join(order, ",") != strings.Join(want, ",") {
 		t.Fatalf("steps %v, want %v", order, want)
 	}

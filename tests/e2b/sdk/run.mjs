@@ -84,6 +84,23 @@ const cr = await cat.wait()
 check(cr.stdout === 'piped line\n', 'stdin reached the command: ' + JSON.stringify(cr.stdout))
 step('stdin')
 
+// A terminal: input, resize, output, kill.
+let ptyOut = ''
+const dec = new TextDecoder()
+const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => (ptyOut += dec.decode(d)) })
+await sbx.pty.resize(term.pid, { cols: 100, rows: 30 })
+await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size; echo pty-$((6*7))\n'))
+await until(() => ptyOut.includes('pty-42') && ptyOut.includes('30 100'), 'terminal output: ' + JSON.stringify(ptyOut.slice(-200)))
+check((await sbx.commands.list()).some((p) => p.pid === term.pid), 'the terminal is listed')
+check(await sbx.pty.kill(term.pid), 'kill the terminal')
+try {
+  await term.wait()
+  check(false, 'a killed terminal raises')
+} catch (e) {
+  check(e instanceof CommandExitError, 'killed terminal: CommandExitError, got ' + e)
+}
+step('pty')
+
 // Files.
 await sbx.files.write('dir1/hello.txt', 'hello file')
 check((await sbx.files.read('dir1/hello.txt')) === 'hello file', 'read text')
