@@ -26,7 +26,7 @@ const DefaultTimeout = 15 * time.Second
 // isControlPath says whether a path belongs to E2B's control plane; none
 // of them collides with airlock's /v1.
 func isControlPath(p string) bool {
-	for _, pre := range []string{"/sandboxes", "/v2/sandboxes", "/v3/templates", "/v2/templates", "/templates", "/snapshots", "/volumes", "/teams", "/nodes"} {
+	for _, pre := range []string{"/sandboxes", "/v2/sandboxes", "/v3/templates", "/v2/templates", "/templates", "/snapshots", "/volumes", "/volumecontent", "/secrets", "/teams", "/nodes"} {
 		if p == pre || strings.HasPrefix(p, pre+"/") {
 			return true
 		}
@@ -147,7 +147,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) error {
 		v2, parts = true, parts[1:]
 	}
 	if parts[0] != "sandboxes" {
-		return ctlErr(http.StatusNotImplemented, "%s %s: templates, snapshots, volumes and teams are not served by airlock (templates are the daemon's named policies and images)", r.Method, r.URL.Path)
+		return ctlErr(http.StatusNotImplemented, "%s %s: templates, snapshots, volumes, secrets and teams are not served by airlock (templates are the daemon's named policies and images)", r.Method, r.URL.Path)
 	}
 	method := r.Method
 	switch {

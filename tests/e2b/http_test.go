@@ -233,6 +233,7 @@ func TestCreateInput(t *testing.T) {
 	wantStatus(t, "refresh", d.api(t, "POST", "/sandboxes/"+base.SandboxID+"/refreshes", map[string]any{"duration": 100}), 204)
 	wantStatus(t, "metrics (not served)", d.api(t, "GET", "/sandboxes/"+base.SandboxID+"/metrics", nil), 501)
 	wantStatus(t, "templates (not served)", d.api(t, "GET", "/templates", nil), 501)
+	wantStatus(t, "secrets (not served)", d.api(t, "POST", "/secrets", map[string]any{"name": "x"}), 501)
 	wantStatus(t, "kill", d.api(t, "DELETE", "/sandboxes/"+noNet.SandboxID, nil), 204)
 	wantStatus(t, "get after kill", d.api(t, "GET", "/sandboxes/"+noNet.SandboxID, nil), 404)
 	wantStatus(t, "kill again", d.api(t, "DELETE", "/sandboxes/"+noNet.SandboxID, nil), 404)
