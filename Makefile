@@ -2,7 +2,7 @@
 export CGO_ENABLED := 0
 GO ?= go
 
-.PHONY: build install-runsc test unit e2e bench bench-serve bench-egress bench-cache serve fmt vet lint clean
+.PHONY: build install-runsc test unit e2e bench bench-serve bench-e2b bench-egress bench-cache serve fmt vet lint clean
 
 # airlock embeds the sandbox init (cmd/airlock-init, internal/initbin): a
 # small program that links only the sandbox code, started as every sandbox's
@@ -37,6 +37,10 @@ bench: build
 # The service: latencies through the SDK, throughput, memory per idle sandbox.
 bench-serve: build
 	$(GO) run ./cmd/airlock-bench serve -n 100 -idle 200
+
+# Only the E2B compatibility rows of bench-serve (needs node and npm).
+bench-e2b: build
+	$(GO) run ./cmd/airlock-bench serve -e2b-only -e2b-n 30
 
 # The egress gateway on loopback: throughput, added latency, new connections/s,
 # direct vs through the gateway (no root, no airlock binary needed).

@@ -55,6 +55,10 @@ var Routes = []Route{
 	// NetworkPolicy -> NetworkPolicy; 400 for a bad rule, 409 for a mode
 	// other than none on a sandbox created without network.
 	{"PUT", "/v1/sandboxes/{id}/network/policy", "setNetworkPolicy"},
+	// Connection: Upgrade, Upgrade: tcp -> 101, then a raw TCP stream to
+	// 127.0.0.1:{port} inside the sandbox (dialled from outside into its
+	// network namespace).
+	{"GET", "/v1/sandboxes/{id}/ports/{port}", "portTunnel"},
 
 	// Files. ?path= is absolute in the sandbox or relative to /workspace.
 	{"GET", "/v1/sandboxes/{id}/files", "readFile"},     // -> raw content, HeaderFileSize, HeaderFileMode

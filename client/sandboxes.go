@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -134,4 +135,39 @@ func (c *Client) sandboxCall(ctx context.Context, method, id, rest string, in an
 		return nil, err
 	}
 	return &sb, nil
+}
+
+// DialPort opens a TCP stream to 127.0.0.1:port inside a sandbox, through
+// the daemon (GET /v1/sandboxes/{id}/ports/{port}, upgraded): what is
+// written goes to the server listening there, and its answer is read.
+// Nothing listening is an error matching ErrUnavailable.
+func (c *Client) DialPort(ctx context.Context, id string, port int) (io.ReadWriteCloser, error) {
+	p, err := sandboxPath(id, "/ports/"+strconv.Itoa(port))
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+p, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "tcp")
+	req.Header.Set("User-Agent", "airlock-go-client")
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	resp, err := c.wsc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: port %d: %w", port, err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	rwc, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		resp.Body.Close()
+		return nil, fmt.Errorf("airlock: port %d: the daemon's answer is not a stream", port)
+	}
+	return rwc, nil
 }

@@ -40,11 +40,18 @@ func runServe(args []string) int {
 	dur := fs.Duration("duration", 10*time.Second, "length of the throughput run")
 	workers := fs.Int("workers", 4, "concurrent clients in the throughput run")
 	pySDK := fs.String("python-sdk", "sdk/python", "the Python SDK, for its rows next to the Go SDK's")
+	e2bSDK := fs.String("e2b-sdk", "tests/e2b/sdk", "the pinned E2B SDK (package-lock and bench.mjs) for the E2B rows; \"\" skips them")
+	e2bN := fs.Int("e2b-n", 20, "samples of each E2B row")
+	e2bOnly := fs.Bool("e2b-only", false, "measure only the E2B rows")
 	fs.Parse(args)
 	al, err := filepath.Abs(*airlockPath)
 	if err != nil {
 		logf("%v", err)
 		return 2
+	}
+	if *e2bOnly {
+		e2bRows(al, *e2bSDK, *e2bN)
+		return 0
 	}
 	dir, err := os.MkdirTemp("", "airlock-bench-serve-")
 	if err != nil {
@@ -250,6 +257,9 @@ func runServe(args []string) int {
 			median(sorted(warm))/median(sorted(bw)), median(sorted(cold))/median(sorted(bw)), median(sorted(oneshot))/median(sorted(warm)))
 	}
 	pythonRows(c, sock, *n, *pySDK)
+	if *e2bSDK != "" {
+		e2bRows(al, *e2bSDK, *e2bN)
+	}
 	return 0
 }
 

@@ -137,8 +137,12 @@ func (s *Server) file(req *FileRequest, files []*os.File) {
 		// Synchronous answer after the whole content is in place, but off
 		// the request loop so a slow writer does not stall the sandbox.
 		res = nil
-		go func(src *os.File) {
-			defer src.Close()
+		go func(f *os.File) {
+			defer f.Close()
+			var src io.Reader = f
+			if req.Framed {
+				src = FramedReader(f)
+			}
 			r := &FileResult{Seq: req.Seq}
 			if err := writeAtomic(path, perm(req.Mode, 0o644), src); err != nil {
 				r.Error, r.Kind = err.Error(), errKind(err)
@@ -174,10 +178,21 @@ func (s *Server) file(req *FileRequest, files []*os.File) {
 			return
 		}
 		res = nil // answered once everything is extracted
-		go func(src *os.File) {
-			defer src.Close()
+		go func(f *os.File) {
+			defer f.Close()
+			var src io.Reader = f
+			if req.Framed {
+				src = FramedReader(f)
+			}
 			r := &FileResult{Seq: req.Seq}
-			if err := tarIn(path, src); err != nil {
+			err := tarIn(path, src)
+			if err == nil && req.Framed {
+				// What follows the archive's end, to the end mark: a
+				// stream cut there still failed (and the sender is not
+				// left writing into a closed pipe).
+				_, err = io.Copy(io.Discard, src)
+			}
+			if err != nil {
 				r.Error, r.Kind = err.Error(), errKind(err)
 			}
 			s.send(&Message{Type: TypeFileResult, Result: r})

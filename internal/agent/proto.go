@@ -50,7 +50,8 @@ const (
 // Version is the agent's protocol version, reported in State so that a
 // supervisor adopting a sandbox started by an older binary knows what it
 // understands. 0 (absent): no holds (ReadRequest.Reader, TypeHold).
-const Version = 1
+// 1: no framed content (FileRequest.Framed).
+const Version = 2
 
 // File operations.
 const (
@@ -150,6 +151,10 @@ type FileRequest struct {
 	// Follow makes tar_out archive a symlink that leads out of the tree
 	// as the regular file it points to.
 	Follow bool `json:"follow,omitempty"`
+	// Framed says the content of a write or tar_in comes framed
+	// (CopyFramed): the agent commits nothing of a stream that ends
+	// without its end mark.
+	Framed bool `json:"framed,omitempty"`
 }
 
 // FileResult answers a FileRequest.

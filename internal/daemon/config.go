@@ -81,6 +81,10 @@ type Config struct {
 	// data directory's, with the store): a sandbox whose disk size would
 	// eat into it is refused. Default 1G.
 	DiskReserve string `yaml:"disk_reserve"`
+
+	// E2BDomain is the domain of the E2B API's host-based routing
+	// (PORT-ID.DOMAIN, the SDKs' E2B_DOMAIN); "" routes by headers only.
+	E2BDomain string `yaml:"e2b_domain"`
 }
 
 // DefaultDiskReserve is the default of disk_reserve.
@@ -146,6 +150,7 @@ func Load(path string) (*Config, error) {
 	for env, dst := range map[string]*string{
 		"AIRLOCK_SOCKET": &c.Socket, "AIRLOCK_LISTEN": &c.Listen, "AIRLOCK_DATA_DIR": &c.DataDir,
 		"AIRLOCK_STATE_DIR": &c.StateDir, "AIRLOCK_LOG_FORMAT": &c.LogFormat, "AIRLOCK_LOG_LEVEL": &c.LogLevel,
+		"AIRLOCK_E2B_DOMAIN": &c.E2BDomain,
 	} {
 		if v, ok := os.LookupEnv(env); ok {
 			*dst = v

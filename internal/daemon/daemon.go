@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/e2b"
 	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/manager"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
@@ -119,6 +120,12 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	}
 	srv := server.New(m, st, mc.Metrics, log)
 	srv.MaxUpload = maxUpload
+	// E2B's API, on the TCP listener in front of /v1 (no path collides).
+	e2bSrv, err := e2b.New(m, st, log, c.DataDir)
+	if err != nil {
+		return err
+	}
+	e2bSrv.Domain, e2bSrv.MaxUpload = c.E2BDomain, maxUpload
 
 	ul, err := listenUnix(c.Socket)
 	if err != nil {
@@ -129,7 +136,11 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	errc := make(chan error, 2)
 	servers := []*http.Server{}
 	serve := func(l net.Listener, remote bool) {
-		hs := &http.Server{Handler: srv.Handler(remote), ReadHeaderTimeout: 10 * time.Second,
+		h := srv.Handler(remote)
+		if remote {
+			h = e2bSrv.Handler(h)
+		}
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 		servers = append(servers, hs)
 		go func() {

@@ -167,7 +167,7 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 	sb := &Sandbox{
 		id: apiID(rid), spec: rec, procs: map[uint64]*proc{}, activity: now, ended: make(chan struct{}),
 		rec: store.Sandbox{ID: apiID(rid), State: api.StateCreating, Image: rec.Image, Policy: rec.PolicyName,
-			Spec: rec.marshal(), Pool: pool, CreatedAt: now, LastActivity: now},
+			Spec: rec.marshal(), Pool: pool, CreatedAt: now, LastActivity: now, Tenant: poolTenant(ctx, pool)},
 	}
 	// The store knows of the sandbox before the runtime makes it: a daemon
 	// killed in between finds it "creating" at restart and removes it.
@@ -223,6 +223,7 @@ func (m *Manager) assign(ctx context.Context, sb *Sandbox, req *api.CreateSandbo
 	r.Labels, r.Image, r.Policy, r.Spec, r.Pool = req.Labels, rec.Image, rec.PolicyName, rec.marshal(), ""
 	r.Tenant, _ = TenantOf(ctx)
 	r.CreatedAt, r.LastActivity, r.ExpiresAt, r.Deadline, r.IdleTimeout = now, now, &exp, &deadline, idle
+	r.Tenant, _ = TenantOf(ctx)
 	rt := sb.rt
 	sb.mu.Unlock()
 	if rt == nil {

@@ -35,3 +35,21 @@ var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // ValidTenant reports whether t is a well-formed tenant name.
 func ValidTenant(t string) bool { return tenantRE.MatchString(t) }
+
+// poolTenant is the tenant a sandbox being created is recorded with: none
+// for a warm-pool member (it gets its caller's when it is handed out).
+func poolTenant(ctx context.Context, pool string) string {
+	if pool != "" {
+		return ""
+	}
+	t, _ := TenantOf(ctx)
+	return t
+}
+
+// CheckTenant refuses, as not found, a sandbox that ctx's caller may not
+// see (another tenant's, or a pool member): nothing about it leaks, not
+// even that it exists. The manager's own calls check the same way.
+func (m *Manager) CheckTenant(ctx context.Context, id string) error {
+	_, err := m.lookup(ctx, id)
+	return err
+}

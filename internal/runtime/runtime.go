@@ -297,3 +297,11 @@ type Listeners interface {
 type Watcher interface {
 	Done() <-chan struct{}
 }
+
+// PortDialer is implemented by sandboxes whose loopback ports the host can
+// reach: DialPort connects to 127.0.0.1:port inside the sandbox's own
+// network namespace (the connection is made from outside, so the sandbox
+// gains no way out). It is what port previews use.
+type PortDialer interface {
+	DialPort(ctx context.Context, port int) (net.Conn, error)
+}

@@ -300,6 +300,7 @@ func (s *Server) ops() map[string]handler {
 		"networkEvents":    s.networkEvents,
 		"getNetworkPolicy": s.getNetworkPolicy,
 		"setNetworkPolicy": s.setNetworkPolicy,
+		"portTunnel":       s.portTunnel,
 
 		"readFile":  s.readFile,
 		"writeFile": s.writeFile,

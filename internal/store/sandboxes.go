@@ -223,6 +223,10 @@ func (s *Store) ListSandboxes(ctx context.Context, f Filter) (list []*Sandbox, n
 			args = append(args, st)
 		}
 	}
+	if f.Tenant != nil {
+		where = append(where, `s.tenant = ?`)
+		args = append(args, *f.Tenant)
+	}
 	if f.Pool != nil {
 		where = append(where, `s.pool = ?`)
 		args = append(args, *f.Pool)

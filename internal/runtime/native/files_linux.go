@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/airlock-dev/airlock/internal/agent"
@@ -155,16 +156,37 @@ func (sb *sandbox) streamIn(ctx context.Context, req *agent.FileRequest, src io.
 	if err != nil {
 		return err
 	}
+	// The content goes framed to agents that understand it, so that a
+	// source that fails (a client gone, a body over its cap) never reads
+	// as a complete stream: the agent then commits nothing.
+	framed := sb.agentVersion >= 2
+	req.Framed = framed
 	copied := make(chan error, 1)
 	go func() {
-		_, err := io.Copy(w, src)
-		w.Close()
+		var err error
+		if framed {
+			err = agent.CopyFramed(w, src)
+		} else {
+			_, err = io.Copy(w, src)
+		}
+		// The result goes first: when the agent sees the pipe end, the
+		// cause is already known here.
 		copied <- err
+		w.Close()
 	}()
 	_, err = sb.fileOp(ctx, req, r)
 	r.Close() // a copy still writing fails with EPIPE now
 	if err != nil {
-		return err // the copy ends on its own once src or the pipe does
+		select {
+		case cerr := <-copied:
+			if cerr != nil && !errors.Is(cerr, syscall.EPIPE) {
+				// The source failed (a client gone, a body over its cap):
+				// that is the cause, and nothing was committed.
+				return fmt.Errorf("%s %s: reading the content: %w", req.Op, req.Path, cerr)
+			}
+		default: // the copy ends on its own once src or the pipe does
+		}
+		return err
 	}
 	if cerr := <-copied; cerr != nil {
 		return fmt.Errorf("%s %s: reading the content: %w", req.Op, req.Path, cerr)

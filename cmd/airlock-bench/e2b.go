@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/airlock-dev/airlock/client"
+)
+
+// e2bRows measures the E2B compatibility layer with the official E2B JS
+// SDK (pinned in sdkDir, installed with npm ci into a temporary directory),
+// against a daemon of its own with a warm pool: create -> first command,
+// and a 20-step workload timed end to end through the E2B SDK and through
+// /v1 from the same node process. Without node and npm it says so and
+// returns.
+func e2bRows(al, sdkDir string, n int) {
+	fmt.Println()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			fmt.Printf("E2B SDK rows: skipped (%s is not installed)\n", tool)
+			return
+		}
+	}
+	dir, err := os.MkdirTemp("", "airlock-bench-e2b-")
+	if err != nil {
+		logf("%v", err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o711)
+	sdk := filepath.Join(dir, "sdk")
+	os.Mkdir(sdk, 0o755)
+	for _, f := range []string{"package.json", "package-lock.json", "bench.mjs"} {
+		b, err := os.ReadFile(filepath.Join(sdkDir, f))
+		if err != nil {
+			fmt.Printf("E2B SDK rows: skipped (%v; run from the repository's root or set -e2b-sdk)\n", err)
+			return
+		}
+		os.WriteFile(filepath.Join(sdk, f), b, 0o644)
+	}
+	npm := exec.Command("npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund")
+	npm.Dir = sdk
+	if out, err := npm.CombinedOutput(); err != nil {
+		fmt.Printf("E2B SDK rows: skipped (npm ci: %v)\n%s", err, out)
+		return
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		logf("%v", err)
+		return
+	}
+	addr := l.Addr().String()
+	l.Close()
+	sock := filepath.Join(dir, "airlock.sock")
+	cfg := fmt.Sprintf("socket: %s\nlisten: %s\ndata_dir: %s\nstate_dir: %s\nlog_level: warn\npools:\n  - policy: default\n    size: 8\n",
+		sock, addr, filepath.Join(dir, "data"), filepath.Join(dir, "state"))
+	cfgFile := filepath.Join(dir, "config.yaml")
+	os.WriteFile(cfgFile, []byte(cfg), 0o600)
+	var dlog bytes.Buffer
+	daemon := exec.Command(al, "serve", "--config", cfgFile)
+	daemon.Stderr = &dlog
+	if err := daemon.Start(); err != nil {
+		logf("start daemon: %v", err)
+		return
+	}
+	defer func() {
+		daemon.Process.Signal(syscall.SIGTERM)
+		daemon.Wait()
+	}()
+	c, _ := client.New("unix://"+sock, "")
+	ctx := context.Background()
+	for i := 0; c.Ready(ctx) != nil; i++ {
+		if i > 500 {
+			logf("daemon not ready:\n%s", dlog.String())
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	k, err := c.CreateKey(ctx, "bench")
+	if err != nil {
+		logf("key: %v", err)
+		return
+	}
+	for i := 0; i < 500 && metric(sock, `airlock_pool_ready{image="",policy="default"}`) < 8; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	node := exec.Command("node", "bench.mjs")
+	node.Dir = sdk
+	node.Env = append(os.Environ(), "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr, "E2B_API_KEY="+k.Key,
+		fmt.Sprintf("BENCH_N=%d", n))
+	var stderr bytes.Buffer
+	node.Stderr = &stderr
+	out, err := node.Output()
+	if err != nil {
+		logf("E2B SDK bench: %v\n%s\n%s", err, stderr.String(), dlog.String())
+		return
+	}
+	var res struct {
+		CreateFirst, E2B, Native []float64
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(out), &res); err != nil {
+		logf("E2B SDK bench: %v: %q", err, out)
+		return
+	}
+	fmt.Printf("E2B compatibility (the e2b JS SDK, node %s), %d samples:\n", nodeVersion(), len(res.E2B))
+	fmt.Printf("%-48s %10s %10s %10s %s\n", "", "median", "p95", "min", "target")
+	row := func(name string, xs []float64, target string) {
+		if len(xs) == 0 {
+			fmt.Printf("%-48s %10s\n", name, "n/a")
+			return
+		}
+		s := summarize(xs)
+		fmt.Printf("%-48s %10s %10s %10s %s\n", name, ms(s.Median), ms(s.P95), ms(s.Min), target)
+	}
+	row("create -> first command, warm pool (E2B SDK)", res.CreateFirst, "p50 <= 20 ms")
+	row("20-step workload, E2B SDK", res.E2B, "")
+	row("20-step workload, native /v1 (fetch)", res.Native, "")
+	if len(res.E2B) > 0 && len(res.Native) > 0 {
+		fmt.Printf("ratio (median) E2B SDK / native = %.2f   target <= 1.2\n", median(sorted(res.E2B))/median(sorted(res.Native)))
+	}
+}
+
+func nodeVersion() string {
+	out, err := exec.Command("node", "--version").Output()
+	if err != nil {
+		return "?"
+	}
+	return string(bytes.TrimSpace(out))
+}

@@ -1,0 +1,174 @@
+package e2b
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"path"
+	"strconv"
+
+	"connectrpc.com/connect"
+
+	"github.com/airlock-dev/airlock/internal/e2b/proto/filesystem/filesystempbconnect"
+	"github.com/airlock-dev/airlock/internal/e2b/proto/process/processpbconnect"
+	"github.com/airlock-dev/airlock/internal/errdefs"
+	"github.com/airlock-dev/airlock/internal/manager"
+)
+
+// maxRPCMessage bounds one Connect message (a malformed length prefix
+// cannot make the daemon allocate more).
+const maxRPCMessage = 4 << 20
+
+// envdHandler serves envd: the Connect services, /files and /health. The
+// sandbox id is in the request's context.
+func (s *Server) envdHandler() http.Handler {
+	mux := http.NewServeMux()
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxRPCMessage)}
+	mux.Handle(processpbconnect.NewProcessHandler(&processService{s}, opts...))
+	mux.Handle(filesystempbconnect.NewFilesystemHandler(&fsService{s}, opts...))
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.m.Files(r.Context(), sandboxOf(r.Context())); err != nil {
+			writeErr(w, status(err), err.Error())
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /files", s.download)
+	mux.HandleFunc("POST /files", s.upload)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, http.StatusNotFound, fmt.Sprintf("%s %s: not served by airlock's envd", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// writtenEntry is envd's answer for each file written.
+type writtenEntry struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+func (s *Server) download(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Query().Get("path")
+	if err := manager.CheckPath("path", p); err != nil {
+		writeErr(w, status(err), err.Error())
+		return
+	}
+	fsys, err := s.m.Files(r.Context(), sandboxOf(r.Context()))
+	if err != nil {
+		writeErr(w, status(err), err.Error())
+		return
+	}
+	rc, fi, err := fsys.ReadFile(r.Context(), p)
+	if err != nil {
+		writeErr(w, status(err), err.Error())
+		return
+	}
+	defer rc.Close()
+	if fi.Dir {
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("path %s is a directory", errdefs.Quote(p)))
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}))
+	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size, 10))
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.Copy(w, rc); err != nil {
+		s.log.Debug("e2b: download cut", "path", p, "err", err)
+	}
+}
+
+// upload writes the files of a multipart form (field "file"; the path is
+// ?path= or the part's file name) or the octet-stream body at ?path=.
+// Each file is replaced only by a complete stream: a body cut short or
+// over the cap leaves the previous file in place.
+func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	q := r.URL.Query().Get("path")
+	fsys, err := s.m.Files(ctx, sandboxOf(ctx))
+	if err != nil {
+		writeErr(w, status(err), err.Error())
+		return
+	}
+	if s.MaxUpload > 0 {
+		r.Body = http.MaxBytesReader(w, r.Body, s.MaxUpload)
+	}
+	fail := func(err error) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeErr(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("upload larger than the daemon's max_upload (%d bytes)", mbe.Limit))
+			return
+		}
+		writeErr(w, status(err), err.Error())
+	}
+	write := func(p string, body io.Reader) (writtenEntry, error) {
+		if err := manager.CheckPath("path", p); err != nil {
+			return writtenEntry{}, err
+		}
+		if dir := path.Dir(p); dir != "." && dir != "/" {
+			if err := fsys.MkdirAll(ctx, dir, 0o755); err != nil {
+				return writtenEntry{}, err
+			}
+		}
+		if err := fsys.WriteFile(ctx, p, 0o644, body); err != nil {
+			return writtenEntry{}, err
+		}
+		return writtenEntry{Name: path.Base(p), Type: "file", Path: absPath(p)}, nil
+	}
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	var out []writtenEntry
+	if ct != "multipart/form-data" {
+		if ct != "application/octet-stream" && ct != "" {
+			writeErr(w, http.StatusBadRequest, fmt.Sprintf("Content-Type %s: want multipart/form-data or application/octet-stream", errdefs.Quote(ct)))
+			return
+		}
+		if r.Header.Get("Content-Encoding") != "" {
+			writeErr(w, http.StatusBadRequest, "Content-Encoding: compressed uploads are not served")
+			return
+		}
+		e, err := write(q, r.Body)
+		if err != nil {
+			fail(err)
+			return
+		}
+		writeJSON(w, http.StatusOK, []writtenEntry{e})
+		return
+	}
+	mr, err := r.MultipartReader()
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "multipart body: "+err.Error())
+		return
+	}
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			fail(fmt.Errorf("multipart body: %v: %w", err, errdefs.ErrInvalid))
+			return
+		}
+		if part.FormName() != "file" {
+			part.Close()
+			continue
+		}
+		p := q
+		if p == "" {
+			p = part.FileName()
+		}
+		e, err := write(p, part)
+		part.Close()
+		if err != nil {
+			fail(err)
+			return
+		}
+		out = append(out, e)
+	}
+	if len(out) == 0 {
+		writeErr(w, http.StatusBadRequest, "multipart body: no part named file")
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
