@@ -193,21 +193,21 @@ export class Airlock {
   }
 
   /** The daemon's OpenAPI document. */
-  openapi(opts: CallOptions = {}): Promise<Record<string, unknown>> {
+  async openapi(opts: CallOptions = {}): Promise<Record<string, unknown>> {
     return this.t.json({ method: "GET", path: "/v1/openapi.json", ...opts });
   }
 
   // Sandboxes.
 
   /** Creates a sandbox and returns it running (its files written). */
-  createSandbox(req: CreateSandboxInput = {}, opts: CallOptions = {}): Promise<M.Sandbox> {
+  async createSandbox(req: CreateSandboxInput = {}, opts: CallOptions = {}): Promise<M.Sandbox> {
     const body: M.CreateSandboxRequest = { ...req, files: req.files?.map((f) => ({ path: f.path, content: b64(f.content)!, mode: f.mode })) };
     if (!req.files) delete body.files;
     return this.t.json({ method: "POST", path: "/v1/sandboxes", json: body, ...opts });
   }
 
   /** One page of sandboxes; pass next_cursor as cursor for the next. */
-  listSandboxes(filter: SandboxFilter = {}, opts: CallOptions = {}): Promise<M.SandboxList> {
+  async listSandboxes(filter: SandboxFilter = {}, opts: CallOptions = {}): Promise<M.SandboxList> {
     const states = filter.state === undefined ? undefined : Array.isArray(filter.state) ? filter.state : [filter.state];
     const labels = filter.labels ? Object.entries(filter.labels).map(([k, v]) => `${k}=${v}`) : undefined;
     const q = query("listSandboxes", { state: states, label: labels, limit: filter.limit?.toString(), cursor: filter.cursor });
@@ -225,7 +225,7 @@ export class Airlock {
     }
   }
 
-  getSandbox(id: string, opts: CallOptions = {}): Promise<M.Sandbox> {
+  async getSandbox(id: string, opts: CallOptions = {}): Promise<M.Sandbox> {
     return this.t.json({ method: "GET", path: sbPath(id), ...opts });
   }
 
@@ -235,15 +235,15 @@ export class Airlock {
   }
 
   /** The sandbox now expires seconds from now (never past the daemon's maximum lifetime). */
-  setTimeout(id: string, seconds: number, opts: CallOptions = {}): Promise<M.Sandbox> {
+  async setTimeout(id: string, seconds: number, opts: CallOptions = {}): Promise<M.Sandbox> {
     return this.t.json({ method: "POST", path: sbPath(id, "/timeout"), json: { timeout_seconds: seconds } satisfies M.TimeoutRequest, ...opts });
   }
 
-  pauseSandbox(id: string, opts: CallOptions = {}): Promise<M.Sandbox> {
+  async pauseSandbox(id: string, opts: CallOptions = {}): Promise<M.Sandbox> {
     return this.t.json({ method: "POST", path: sbPath(id, "/pause"), ...opts });
   }
 
-  resumeSandbox(id: string, opts: CallOptions = {}): Promise<M.Sandbox> {
+  async resumeSandbox(id: string, opts: CallOptions = {}): Promise<M.Sandbox> {
     return this.t.json({ method: "POST", path: sbPath(id, "/resume"), ...opts });
   }
 
@@ -277,20 +277,20 @@ export class Airlock {
   }
 
   /** Starts a command in the background; its stdin stays open. */
-  startProcess(id: string, argv: string[], opts: ExecOptions & CallOptions = {}): Promise<M.Process> {
+  async startProcess(id: string, argv: string[], opts: ExecOptions & CallOptions = {}): Promise<M.Process> {
     return this.t.json({ method: "POST", path: sbPath(id, "/processes"), json: this.execBody(argv, opts), signal: opts.signal, timeoutMs: opts.timeoutMs });
   }
 
-  listProcesses(id: string, opts: CallOptions = {}): Promise<M.ProcessList> {
+  async listProcesses(id: string, opts: CallOptions = {}): Promise<M.ProcessList> {
     return this.t.json({ method: "GET", path: sbPath(id, "/processes"), ...opts });
   }
 
-  getProcess(id: string, pid: string, opts: CallOptions = {}): Promise<M.Process> {
+  async getProcess(id: string, pid: string, opts: CallOptions = {}): Promise<M.Process> {
     return this.t.json({ method: "GET", path: pPath(id, pid), ...opts });
   }
 
   /** One wait of at most timeoutSeconds (1..300, default 30): the process, exited or still running. Process.wait() waits longer. */
-  waitProcess(id: string, pid: string, timeoutSeconds = 30, opts: CallOptions = {}): Promise<M.Process> {
+  async waitProcess(id: string, pid: string, timeoutSeconds = 30, opts: CallOptions = {}): Promise<M.Process> {
     const secs = Math.max(1, Math.min(300, Math.ceil(timeoutSeconds)));
     return this.t.json({
       method: "GET",
@@ -369,7 +369,7 @@ export class Airlock {
   }
 
   /** One page of the sandbox's egress audit, oldest first. */
-  networkEvents(id: string, q: NetworkQuery = {}, opts: CallOptions = {}): Promise<M.NetworkEventsPage> {
+  async networkEvents(id: string, q: NetworkQuery = {}, opts: CallOptions = {}): Promise<M.NetworkEventsPage> {
     return this.t.json({ method: "GET", path: sbPath(id, "/network"), query: this.networkQuery(q, false), ...opts });
   }
 
@@ -394,12 +394,12 @@ export class Airlock {
     return reconnecting((c) => once.call(this, c), q.cursor, () => false, opts.signal);
   }
 
-  getNetworkPolicy(id: string, opts: CallOptions = {}): Promise<M.NetworkPolicy> {
+  async getNetworkPolicy(id: string, opts: CallOptions = {}): Promise<M.NetworkPolicy> {
     return this.t.json({ method: "GET", path: sbPath(id, "/network/policy"), ...opts });
   }
 
   /** Replaces the sandbox's egress policy while it runs; connections it now denies are closed. */
-  setNetworkPolicy(id: string, policy: M.NetworkPolicy, opts: CallOptions = {}): Promise<M.NetworkPolicy> {
+  async setNetworkPolicy(id: string, policy: M.NetworkPolicy, opts: CallOptions = {}): Promise<M.NetworkPolicy> {
     return this.t.json({ method: "PUT", path: sbPath(id, "/network/policy"), json: policy, ...opts });
   }
 
@@ -447,12 +447,12 @@ export class Airlock {
   }
 
   /** Describes a file (a link is not followed). */
-  stat(id: string, path: string, opts: CallOptions = {}): Promise<M.FileInfo> {
+  async stat(id: string, path: string, opts: CallOptions = {}): Promise<M.FileInfo> {
     return this.t.json({ method: "GET", path: sbPath(id, "/files/stat"), query: query("stat", { path: filePath(path) }), ...opts });
   }
 
   /** The entries of a directory. */
-  list(id: string, path: string, opts: CallOptions = {}): Promise<M.FileList> {
+  async list(id: string, path: string, opts: CallOptions = {}): Promise<M.FileList> {
     return this.t.json({ method: "GET", path: sbPath(id, "/files/list"), query: query("list", { path: filePath(path) }), ...opts });
   }
 
@@ -507,7 +507,7 @@ export class Airlock {
   }
 
   /** Copies a file or tree of the sandbox to the local path dest, safely (see extract.ts); returns the links left out. */
-  downloadTo(id: string, path: string, dest: string, opts: DownloadOptions & CallOptions = {}): Promise<Extracted> {
+  async downloadTo(id: string, path: string, dest: string, opts: DownloadOptions & CallOptions = {}): Promise<Extracted> {
     return extractDownload(dest, async () => {
       const g = this.download(id, path, opts);
       // Open the stream (and meet the daemon's refusal) before anything is made locally.
@@ -532,18 +532,18 @@ export class Airlock {
   }
 
   /** Copies a local file or tree into the directory dir of the sandbox (under its base name). */
-  uploadFrom(id: string, localPath: string, dir: string, opts: CallOptions = {}): Promise<void> {
+  async uploadFrom(id: string, localPath: string, dir: string, opts: CallOptions = {}): Promise<void> {
     return this.upload(id, dir, tarDir(localPath), opts);
   }
 
   // API keys (over the unix socket only).
 
   /** Makes an API key; its secret (key) is in this answer only. */
-  createKey(name?: string, opts: CallOptions = {}): Promise<M.APIKey> {
+  async createKey(name?: string, opts: CallOptions = {}): Promise<M.APIKey> {
     return this.t.json({ method: "POST", path: "/v1/keys", json: (name ? { name } : {}) satisfies M.CreateKeyRequest, ...opts });
   }
 
-  listKeys(opts: CallOptions = {}): Promise<M.KeyList> {
+  async listKeys(opts: CallOptions = {}): Promise<M.KeyList> {
     return this.t.json({ method: "GET", path: "/v1/keys", ...opts });
   }
 
