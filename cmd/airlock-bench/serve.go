@@ -39,6 +39,7 @@ func runServe(args []string) int {
 	idle := fs.Int("idle", 200, "idle sandboxes for the memory measurement")
 	dur := fs.Duration("duration", 10*time.Second, "length of the throughput run")
 	workers := fs.Int("workers", 4, "concurrent clients in the throughput run")
+	tsSDK := addTypeScriptFlag(fs)
 	fs.Parse(args)
 	al, err := filepath.Abs(*airlockPath)
 	if err != nil {
@@ -248,6 +249,7 @@ func runServe(args []string) int {
 		fmt.Printf("\nratios (median): warm create+exec / bwrap = %.2f; cold / bwrap = %.2f; one-shot run / warm = %.2f\n",
 			median(sorted(warm))/median(sorted(bw)), median(sorted(cold))/median(sorted(bw)), median(sorted(oneshot))/median(sorted(warm)))
 	}
+	typescriptRows(c, sock, *tsSDK, *n)
 	return 0
 }
 
