@@ -339,19 +339,25 @@ export function headerOne(v: string | string[] | undefined): string | undefined 
 }
 
 /** Reads a whole body, refusing more than limit bytes. */
-export async function readBody(res: http.IncomingMessage, limit: number): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  let n = 0;
-  for await (const chunk of res) {
-    n += (chunk as Buffer).length;
-    if (n > limit) {
-      res.destroy();
-      throw new APIError("too_large", `the answer holds more than ${limit} bytes`);
-    }
-    parts.push(chunk as Buffer);
-  }
-  if (!res.complete) throw new ConnectionError("airlock: the answer was cut");
-  return Buffer.concat(parts);
+export function readBody(res: http.IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const parts: Buffer[] = [];
+    let n = 0;
+    res.on("data", (c: Buffer) => {
+      n += c.length;
+      if (n > limit) {
+        reject(new APIError("too_large", `the answer holds more than ${limit} bytes`));
+        res.destroy();
+        return;
+      }
+      parts.push(c);
+    });
+    res.on("end", () => (res.complete ? resolve(parts.length === 1 ? parts[0]! : Buffer.concat(parts)) : reject(new ConnectionError("airlock: the answer was cut"))));
+    res.on("error", reject);
+    res.on("close", () => {
+      if (!res.complete) reject(new ConnectionError("airlock: the answer was cut"));
+    });
+  });
 }
 
 /** Waits ms, or throws the signal's reason when it aborts first. */
