@@ -230,6 +230,32 @@ test("pty: a terminal with its size; output, input and exit code; a missing comm
   await assert.rejects(bad.wait(), CommandNotFoundError);
 });
 
+test("pty: resize and signals reach the process; closing the session hangs it up", async (t) => {
+  const sb = await sandbox(t);
+  const pty = await sb.pty(["sh", "-c", "read a; stty size; exec sleep 600"], { cols: 80, rows: 24 });
+  await pty.resize(132, 50);
+  await pty.write("go\n");
+  let out = "";
+  for await (const b of pty) {
+    out += b.toString();
+    if (/50 132/.test(out)) break;
+  }
+  assert.match(out, /50 132/);
+  await pty.signal("TERM");
+  const exit = await pty.wait();
+  assert.equal(exit.signal, 15);
+  // A session closed by the client: its process is hung up, and the process list says it ended.
+  const p2 = await sb.pty(["sleep", "601"]);
+  const find = async () => (await sb.processes()).find((p) => p.info.tty && p.info.argv[1] === "601");
+  let proc;
+  for (let i = 0; i < 200 && !(proc = await find()); i++) await new Promise((r) => setTimeout(r, 50));
+  assert.ok(proc, "the PTY process is not listed");
+  assert.equal(proc.info.state, "running");
+  p2.close();
+  const done = await proc.wait({ timeoutMs: 30_000 });
+  assert.equal(done.state, "exited", "the PTY process still runs after its session closed");
+});
+
 test("network: the audit records a denied request; the policy changes live; a sandbox without network keeps none", async (t) => {
   const sb = await sandbox(t, { policy: "network:\n  mode: allowlist\n  allow: [allowed.invalid]\n" });
   const pol = await sb.network.policy();
@@ -237,21 +263,19 @@ test("network: the audit records a denied request; the policy changes live; a sa
   assert.deepEqual(pol.allow, ["allowed.invalid"]);
   const r = await sb.exec(["sh", "-c", "curl -s -o /dev/null -w '%{http_code}' http://denied.invalid/x || true"]);
   assert.notEqual(r.stdout.toString(), "200");
-  let page;
-  for (let i = 0; i < 100; i++) {
-    page = await sb.network.events({ allowed: false });
-    if (page.events.length) break;
-    await new Promise((res) => setTimeout(res, 50));
-  }
-  assert.equal(page.events[0].host, "denied.invalid");
-  assert.equal(page.events[0].allowed, false);
-  assert.deepEqual((await sb.network.events({ allowed: true })).events, []);
+  // Wait for the record on the live stream (bounded), then read it as a page.
   const followed = [];
-  for await (const ev of sb.network.follow({ allowed: false })) {
+  for await (const ev of sb.network.follow({ allowed: false }, { signal: AbortSignal.timeout(30_000) })) {
     followed.push(ev);
     break;
   }
   assert.equal(followed[0].host, "denied.invalid");
+  assert.equal(followed[0].allowed, false);
+  const page = await sb.network.events({ allowed: false });
+  assert.equal(page.events[0].host, "denied.invalid");
+  assert.equal(page.events[0].cursor, followed[0].cursor);
+  assert.deepEqual((await sb.network.events({ allowed: true })).events, []);
+  assert.deepEqual((await sb.network.events({ cursor: page.events.at(-1).cursor })).events, []);
   const next = await sb.network.setPolicy({ mode: "allowlist", allow: ["allowed.invalid"], deny: ["denied.invalid"] });
   assert.deepEqual(next.deny, ["denied.invalid"]);
   await assert.rejects(sb.network.setPolicy({ mode: "bogus" }), InvalidArgumentError);
