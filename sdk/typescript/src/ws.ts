@@ -28,11 +28,18 @@ export class WebSocketConn {
   onEnd: (code: number, err?: Error) => void = () => {};
   private ended = false;
 
-  constructor(readonly socket: Duplex, head: Buffer) {
-    socket.on("data", (d: Buffer) => this.feed(d));
+  constructor(
+    readonly socket: Duplex,
+    private readonly head: Buffer,
+  ) {}
+
+  /** Starts reading, once onMessage and onEnd are set (the socket holds what arrives until then). */
+  start(): void {
+    const socket = this.socket;
     socket.on("error", (e) => this.end(1006, e));
     socket.on("close", () => this.end(1006, this.closed ? undefined : new StreamCutError("airlock: pty: the connection was cut")));
-    if (head.length) queueMicrotask(() => this.feed(head));
+    if (this.head.length) this.feed(this.head);
+    socket.on("data", (d: Buffer) => this.feed(d));
   }
 
   private end(code: number, err?: Error) {
@@ -256,6 +263,7 @@ export class Pty implements AsyncIterable<Buffer> {
       this.wake();
       for (const w of this.exitWaiters.splice(0)) this.settle(w);
     };
+    ws.start();
   }
 
   private settle(w: { resolve: (e: PTYExit) => void; reject: (e: unknown) => void }) {
