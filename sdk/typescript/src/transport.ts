@@ -19,7 +19,7 @@ export interface ClientOptions {
   host?: string;
   /** The API key, sent as a bearer token (needed over TCP); default $AIRLOCK_API_KEY. */
   apiKey?: string;
-  /** The time limit of a call in ms, from its start to the end of its answer (for a stream, to its headers); default 60000. */
+  /** The time limit of a call in ms, from its start to the end of its answer (for a stream, to its headers); default 60000, 0 for none. */
   timeoutMs?: number;
   /** How many times a call answered 429 is sent again (only when its body can be sent again); default 3. */
   maxRetries?: number;
