@@ -5,8 +5,9 @@
 //   node scripts/bench.mjs HOST exec SANDBOX N    exec round trips of `true`
 //   node scripts/bench.mjs HOST cycle POLICY N    create+exec+destroy cycles
 //
-// It prints the samples, in ms, as a JSON array (after 5 exec round trips
-// or 1 cycle of warm-up).
+// It prints the samples, in ms, as a JSON array, after a warm-up of 50 exec
+// round trips (node's JIT compiles the hot path by then, as in a
+// long-running agent) or 1 cycle.
 
 import { Airlock } from "../dist/index.js";
 
@@ -14,7 +15,7 @@ const [, , host, mode, arg, n] = process.argv;
 const c = new Airlock({ host, timeoutMs: 120000 });
 const out = [];
 if (mode === "exec") {
-  for (let i = -5; i < Number(n); i++) {
+  for (let i = -50; i < Number(n); i++) {
     const t0 = performance.now();
     const r = await c.exec(arg, ["true"]);
     if (r.exit_code !== 0) throw new Error("true exited " + r.exit_code);
