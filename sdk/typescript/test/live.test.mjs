@@ -24,6 +24,7 @@ async function sandbox(t, opts = {}) {
 test("sandbox lifecycle: create with labels, env and files; get, list by label, pause, resume, timeout, close", async (t) => {
   const tag = randomBytes(4).toString("hex");
   const sb = await Sandbox.create({ client: c, labels: { suite: "sdkts", tag }, env: { GREETING: "hi" }, files: [{ path: "seed.txt", content: "seeded", mode: 0o600 }] });
+  t.after(() => sb.close()); // a failed assertion must not leave it behind (close is idempotent)
   assert.match(sb.id, /^sb-[0-9a-f]{16}$/);
   assert.equal(sb.state, "running");
   assert.equal((await c.getSandbox(sb.id)).labels.tag, tag);
@@ -117,6 +118,7 @@ test("signals: TERM ends a process, a bad signal is refused", async (t) => {
 // ("sandbox ended (...)"); the stream ends with it as the API's error.
 test("a sandbox deleted mid-stream ends the stream with the daemon's error, not a hang", async (t) => {
   const sb = await Sandbox.create({ client: c });
+  t.after(() => sb.close());
   const p = await sb.start(["sh", "-c", "echo started; exec sleep 600"]);
   const seen = [];
   const reading = (async () => {
