@@ -43,6 +43,7 @@ func runServe(args []string) int {
 	e2bSDK := fs.String("e2b-sdk", "tests/e2b/sdk", "the pinned E2B SDK (package-lock and bench.mjs) for the E2B rows; \"\" skips them")
 	e2bN := fs.Int("e2b-n", 20, "samples of each E2B row")
 	e2bOnly := fs.Bool("e2b-only", false, "measure only the E2B rows")
+	tsSDK := addTypeScriptFlag(fs)
 	fs.Parse(args)
 	al, err := filepath.Abs(*airlockPath)
 	if err != nil {
@@ -260,6 +261,7 @@ func runServe(args []string) int {
 	if *e2bSDK != "" {
 		e2bRows(al, *e2bSDK, *e2bN)
 	}
+	typescriptRows(c, sock, *tsSDK, *n)
 	return 0
 }
 
