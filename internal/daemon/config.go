@@ -81,6 +81,16 @@ type Config struct {
 	// data directory's, with the store): a sandbox whose disk size would
 	// eat into it is refused. Default 1G.
 	DiskReserve string `yaml:"disk_reserve"`
+
+	// Ephemeral makes a private daemon for one process (airlock mcp's
+	// standalone mode), never read from the file: its socket and store are
+	// in a directory of its own under EphemeralRoot, removed when it
+	// stops; it has no TCP listener and no warm pools; workspaces are
+	// tmpfs; its sandboxes end with it (a reaper cleans up after a
+	// SIGKILL) and are destroyed when it stops. The caller owns the
+	// signals: Run stops when its context is cancelled.
+	Ephemeral    bool `yaml:"-"`
+	ephemeralDir string
 }
 
 // DefaultDiskReserve is the default of disk_reserve.
@@ -131,6 +141,24 @@ type Insecure struct {
 // AIRLOCK_STATE_DIR, AIRLOCK_LOG_FORMAT, AIRLOCK_LOG_LEVEL). Unknown keys
 // are errors.
 func Load(path string) (*Config, error) {
+	c, err := LoadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	for env, dst := range map[string]*string{
+		"AIRLOCK_SOCKET": &c.Socket, "AIRLOCK_LISTEN": &c.Listen, "AIRLOCK_DATA_DIR": &c.DataDir,
+		"AIRLOCK_STATE_DIR": &c.StateDir, "AIRLOCK_LOG_FORMAT": &c.LogFormat, "AIRLOCK_LOG_LEVEL": &c.LogLevel,
+	} {
+		if v, ok := os.LookupEnv(env); ok {
+			*dst = v
+		}
+	}
+	return c, nil
+}
+
+// LoadFile reads a configuration file ("" for none) without looking at
+// the environment. Unknown keys are errors.
+func LoadFile(path string) (*Config, error) {
 	c := &Config{}
 	if path != "" {
 		b, err := os.ReadFile(path)
@@ -141,14 +169,6 @@ func Load(path string) (*Config, error) {
 		dec.KnownFields(true)
 		if err := dec.Decode(c); err != nil && err != io.EOF {
 			return nil, fmt.Errorf("config %s: %v", path, err)
-		}
-	}
-	for env, dst := range map[string]*string{
-		"AIRLOCK_SOCKET": &c.Socket, "AIRLOCK_LISTEN": &c.Listen, "AIRLOCK_DATA_DIR": &c.DataDir,
-		"AIRLOCK_STATE_DIR": &c.StateDir, "AIRLOCK_LOG_FORMAT": &c.LogFormat, "AIRLOCK_LOG_LEVEL": &c.LogLevel,
-	} {
-		if v, ok := os.LookupEnv(env); ok {
-			*dst = v
 		}
 	}
 	return c, nil
