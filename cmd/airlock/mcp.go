@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -51,7 +52,12 @@ The tools reach only the sandboxes this server created; when the client goes
 			if cmd.Flags().Changed("max-sandboxes") && o.MaxSandboxes < 1 {
 				return errors.New("--max-sandboxes must be at least 1")
 			}
-			return mcpserver.Run(cmd.Context(), o)
+			if err := mcpserver.Run(cmd.Context(), o); err != nil {
+				// One line (a YAML error spans several).
+				msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), ":\n", ": ")
+				return errors.New(strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", "; ")), " "))
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
