@@ -186,20 +186,22 @@ func connect(ctx context.Context, o *Options) (*client.Client, func(), error) {
 			host = os.Getenv("AIRLOCK_HOST")
 		}
 		c, err := client.New(host, o.APIKey)
-		if err != nil {
+		if err != nil && host != "" {
 			return nil, nil, errors.New(strings.TrimPrefix(err.Error(), "airlock: "))
 		}
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err = c.Ready(rctx)
-		cancel()
 		if err == nil {
-			o.Log.Info("using the airlock daemon", "host", c.Host())
-			return c, func() {}, nil
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err = c.Ready(rctx)
+			cancel()
+			if err == nil {
+				o.Log.Info("using the airlock daemon", "host", c.Host())
+				return c, func() {}, nil
+			}
+			if host != "" {
+				return nil, nil, fmt.Errorf("cannot use the airlock daemon at %s: %s (drop --host and AIRLOCK_HOST to run a private one)", c.Host(), strings.TrimPrefix(err.Error(), "airlock: "))
+			}
 		}
-		if host != "" {
-			return nil, nil, fmt.Errorf("cannot use the airlock daemon at %s: %s (drop --host and AIRLOCK_HOST to run a private one)", c.Host(), strings.TrimPrefix(err.Error(), "airlock: "))
-		}
-		o.Log.Info("no airlock daemon answers on the default socket; running a private one", "socket", c.Host())
+		o.Log.Info("no airlock daemon answers on the default socket; running a private one", "err", err)
 	}
 	return standalone(o)
 }

@@ -59,8 +59,20 @@ type server struct {
 func startServer(t *testing.T, env []string, args ...string) *server {
 	t.Helper()
 	testdaemon.Need(t)
+	return startArgv(t, env, append([]string{"airlock", "mcp"}, args...))
+}
+
+// startArgv runs argv (argv[0] "airlock" is the built binary) as an MCP
+// server over stdio and connects to it.
+func startArgv(t *testing.T, env []string, argv []string) *server {
+	t.Helper()
+	testdaemon.Need(t)
+	args := argv[1:]
+	if argv[0] != "airlock" {
+		t.Fatalf("not an airlock command: %q", argv)
+	}
 	s := &server{stderr: &syncBuffer{}}
-	s.cmd = exec.Command(testdaemon.Bin, append([]string{"mcp"}, args...)...)
+	s.cmd = exec.Command(testdaemon.Bin, args...)
 	s.cmd.Env = append(os.Environ(), env...)
 	s.cmd.Stderr = s.stderr
 	c := mcp.NewClient(&mcp.Implementation{Name: "airlock-test", Version: "1"}, &mcp.ClientOptions{
