@@ -84,9 +84,6 @@ type Options struct {
 	// os.Stdout).
 	Stdin  io.ReadCloser
 	Stdout io.WriteCloser
-	// Ready, if set, is called with the HTTP listener's address once it
-	// serves.
-	Ready func(addr string)
 }
 
 // check validates the options and fills in defaults.
@@ -327,9 +324,6 @@ func (s *server) serveHTTP(ctx context.Context) error {
 		ErrorLog: slog.NewLogLogger(s.o.Log.Handler(), slog.LevelDebug)}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(l) }()
-	if s.o.Ready != nil {
-		s.o.Ready(l.Addr().String())
-	}
 	s.o.Log.Info("airlock mcp serves streamable HTTP", "url", "http://"+l.Addr().String()+"/mcp")
 	select {
 	case <-ctx.Done():

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,6 +67,12 @@ func startServer(t *testing.T, env []string, args ...string) *server {
 // server over stdio and connects to it.
 func startArgv(t *testing.T, env []string, argv []string) *server {
 	t.Helper()
+	return startArgvAs(t, env, argv, nil)
+}
+
+// startArgvAs is startArgv with the process's credentials (nil: ours).
+func startArgvAs(t *testing.T, env []string, argv []string, cred *syscall.Credential) *server {
+	t.Helper()
 	testdaemon.Need(t)
 	args := argv[1:]
 	if argv[0] != "airlock" {
@@ -75,6 +82,9 @@ func startArgv(t *testing.T, env []string, argv []string) *server {
 	s.cmd = exec.Command(testdaemon.Bin, args...)
 	s.cmd.Env = append(os.Environ(), env...)
 	s.cmd.Stderr = s.stderr
+	if cred != nil {
+		s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "airlock-test", Version: "1"}, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			s.mu.Lock()
