@@ -626,8 +626,7 @@ loop:
 		switch ev.Kind {
 		case api.EventStdout, api.EventStderr:
 			if n > 0 && n+len(ev.Data) > limit {
-				cancel()
-				<-next
+				// Left for the next call: the cursor stays before it.
 				break loop
 			}
 			if ev.Kind == api.EventStdout {

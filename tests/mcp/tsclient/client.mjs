@@ -76,7 +76,7 @@ await fails("run_command", { sandbox_id: a.sandbox_id, argv: ["/no/such"] }, "co
 let progress = 0;
 r = await ok("run_command", { sandbox_id: a.sandbox_id, command: "sleep 12; echo late" },
   { timeout: 8000, resetTimeoutOnProgress: true, onprogress: () => { progress++; } });
-check(r.stdout === "late\n" && progress >= 2, "a 12 s command under an 8 s request timeout, with progress", { r, progress });
+check(r.stdout === "late\n" && progress >= 1, "a 12 s command under an 8 s request timeout, with progress", { r, progress });
 let timedOut = false;
 try {
   await client.callTool({ name: "run_command", arguments: { sandbox_id: a.sandbox_id, command: "sleep 12; echo late" } }, undefined,
