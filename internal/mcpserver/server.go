@@ -330,6 +330,10 @@ func (s *server) serveHTTP(ctx context.Context) error {
 	case err = <-errc:
 		return err
 	}
+	// Sessions end first: their open event streams would hold Shutdown.
+	for ss := range s.mcp.Sessions() {
+		ss.Close()
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if hs.Shutdown(sctx) != nil {

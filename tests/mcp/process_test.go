@@ -175,9 +175,11 @@ func TestHTTP(t *testing.T) {
 		t.Fatalf("progress over HTTP: %q", progress)
 	}
 
+	termAt := time.Now()
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-exited:
+		t.Logf("stopped %v after SIGTERM", time.Since(termAt).Round(time.Millisecond))
 		exited <- err
 		if err != nil {
 			t.Fatalf("airlock mcp after SIGTERM: %v", err)
