@@ -189,6 +189,11 @@ func connect(ctx context.Context, o *Options) (*client.Client, func(), error) {
 		if err == nil {
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			err = c.Ready(rctx)
+			if err == nil {
+				// Readiness needs no key: a call that does checks it now
+				// rather than at the model's first tool call.
+				_, err = c.ListSandboxes(rctx, client.ListOptions{Limit: 1})
+			}
 			cancel()
 			if err == nil {
 				o.Log.Info("using the airlock daemon", "host", c.Host())

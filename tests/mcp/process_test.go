@@ -223,3 +223,23 @@ func TestStartErrors(t *testing.T) {
 	}
 	s.fails(t, "create_sandbox", m{"policy": "default"}, "default", "net")
 }
+
+// TestAPIKey: against a daemon's TCP listener, the server takes its key
+// from AIRLOCK_API_KEY. A wrong key stops it at start with the daemon's
+// message; the right one works.
+func TestAPIKey(t *testing.T) {
+	addr := testdaemon.FreeAddr(t)
+	d := testdaemon.Start(t, "listen: "+addr+"\n")
+	key := d.Key(t, "mcp")
+	host := "http://" + addr
+	runFail(t, []string{"AIRLOCK_API_KEY=wrong"}, "unauthenticated", "--host", host)
+	runFail(t, []string{"AIRLOCK_API_KEY="}, "unauthenticated", "--host", host)
+	s := startServer(t, []string{"AIRLOCK_API_KEY=" + key}, "--host", host)
+	var sb sandboxRes
+	s.ok(t, "create_sandbox", m{}, &sb)
+	var r runRes
+	s.ok(t, "run_command", m{"sandbox_id": sb.SandboxID, "command": "echo over tcp"}, &r)
+	if r.Stdout != "over tcp\n" {
+		t.Fatalf("run_command over TCP: %+v", r)
+	}
+}
