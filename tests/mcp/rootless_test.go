@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/internal/testdaemon"
 )
@@ -62,20 +64,49 @@ func TestRootlessStandalone(t *testing.T) {
 }
 
 // TestStdioSIGTERM: a stdio server told to stop with SIGTERM destroys its
-// sandboxes and exits 0.
+// sandboxes and exits 0. The test owns the process (its pipes and its
+// Wait), so that the exit status is its own to read.
 func TestStdioSIGTERM(t *testing.T) {
 	d := testdaemon.Start(t, "")
-	s := startServer(t, nil, "--host", "unix://"+d.Sock)
+	cmd := exec.Command(testdaemon.Bin, "mcp", "--host", "unix://"+d.Sock)
+	errb := &syncBuffer{}
+	cmd.Stderr = errb
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+		done <- nil
+		if t.Failed() {
+			t.Logf("airlock mcp stderr:\n%s", errb.String())
+		}
+	})
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "airlock-test", Version: "1"}, nil).Connect(ctxT(t), &mcp.IOTransport{Reader: stdout, Writer: stdin}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	s := &server{cs: cs}
 	var sb sandboxRes
 	s.ok(t, "create_sandbox", m{}, &sb)
 	if _, err := d.C.GetSandbox(ctxT(t), sb.SandboxID); err != nil {
 		t.Fatal(err)
 	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- s.cmd.Wait() }()
+	cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-done:
+		done <- err
 		if err != nil {
 			t.Fatalf("airlock mcp after SIGTERM: %v", err)
 		}

@@ -130,10 +130,7 @@ func TestToolsDaemon(t *testing.T) {
 		}
 	}
 
-	s.close()
-	if err := s.cmd.Wait(); err != nil && !strings.Contains(err.Error(), "wait") {
-		t.Logf("airlock mcp exit: %v", err)
-	}
+	s.close() // closes stdin and waits for the process to exit
 	for _, id := range ids {
 		if _, err := d.C.GetSandbox(ctxT(t), id); !errors.Is(err, client.ErrNotFound) {
 			t.Errorf("sandbox %s of the server still exists after its client left: %v", id, err)
@@ -164,8 +161,7 @@ func TestToolsStandalone(t *testing.T) {
 			t.Fatalf("state of live sandbox %s: %v", id, err)
 		}
 	}
-	s.close()
-	s.cmd.Wait()
+	s.close() // closes stdin and waits for the process to exit
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("the private daemon's directory is left: %v", err)
 	}
