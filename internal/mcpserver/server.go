@@ -380,7 +380,7 @@ func (s *server) own(id string) error {
 	return nil
 }
 
-// owned returns the ids of this server's sandboxes, sorted.
+// ownedIDs returns the ids of this server's sandboxes, sorted.
 func (s *server) ownedIDs() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -32,7 +32,7 @@ const (
 	maxReadBytes       = 4 << 20
 	defaultOutputBytes = 64 << 10
 	maxOutputBytes     = 1 << 20
-	maxWaitSeconds     = 60
+	maxWaitSeconds     = 30
 	maxWriteBytes      = 16 << 20
 )
 
@@ -159,7 +159,7 @@ type readOutputIn struct {
 	SandboxID   string  `json:"sandbox_id" jsonschema:"the id create_sandbox returned"`
 	ProcessID   string  `json:"process_id" jsonschema:"the id start_command returned"`
 	Cursor      string  `json:"cursor,omitempty" jsonschema:"the cursor of the previous read_output (or start_command); omit to read from the oldest output kept"`
-	WaitSeconds float64 `json:"wait_seconds,omitempty" jsonschema:"when there is no new output yet, wait up to this many seconds (at most 60) for some or for the exit; 0 returns at once"`
+	WaitSeconds float64 `json:"wait_seconds,omitempty" jsonschema:"when there is no new output yet, wait up to this many seconds (at most 30) for some or for the exit; 0 returns at once"`
 	MaxBytes    int     `json:"max_bytes,omitempty" jsonschema:"return about this many bytes at most (default 65536, at most 1048576); the rest waits for the next call"`
 }
 
