@@ -365,6 +365,7 @@ func exerciseTools(t *testing.T, s *server, nf *netFixture) []string {
 		t.Fatalf("small events in parts (%d calls): %q", calls, got)
 	}
 	s.fails(t, "read_output", m{"sandbox_id": a.SandboxID, "process_id": st.ProcessID, "max_bytes": 1 << 30}, "max_bytes")
+	s.fails(t, "read_output", m{"sandbox_id": a.SandboxID, "process_id": st.ProcessID, "wait_seconds": 31}, "wait_seconds must be between 0 and 30")
 	s.fails(t, "read_output", m{"sandbox_id": a.SandboxID, "process_id": "p-nope"}, "not_found")
 	s.fails(t, "write_stdin", m{"sandbox_id": a.SandboxID, "process_id": "p-nope", "data": "x"}, "not_found")
 
