@@ -58,6 +58,7 @@ func main() {
 	}
 	root.AddCommand(newRunCmd(), newDoctorCmd(), newCreateCmd(), newLsCmd(), newExecCmd(), newCpCmd(), newLogsCmd(), newPauseCmd(), newResumeCmd(), newRmCmd(), newNetCmd(), newKeysCmd(), newPortCmd())
 	root.AddCommand(newServeCmd())
+	root.AddCommand(newMCPCmd())
 	if err := root.Execute(); err != nil {
 		var ee exitError
 		if errors.As(err, &ee) {

@@ -85,6 +85,15 @@ type Config struct {
 	// E2BDomain is the domain of the E2B API's host-based routing
 	// (PORT-ID.DOMAIN, the SDKs' E2B_DOMAIN); "" routes by headers only.
 	E2BDomain string `yaml:"e2b_domain"`
+	// Ephemeral makes a private daemon for one process (airlock mcp's
+	// standalone mode), never read from the file: its socket and store are
+	// in a directory of its own under EphemeralRoot, removed when it
+	// stops; it has no TCP listener and no warm pools; workspaces are
+	// tmpfs; its sandboxes end with it (a reaper cleans up after a
+	// SIGKILL) and are destroyed when it stops. The caller owns the
+	// signals: Run stops when its context is cancelled.
+	Ephemeral    bool `yaml:"-"`
+	ephemeralDir string
 }
 
 // DefaultDiskReserve is the default of disk_reserve.
@@ -132,9 +141,29 @@ type Insecure struct {
 
 // Load reads a configuration file ("" for none), then applies the
 // environment (AIRLOCK_SOCKET, AIRLOCK_LISTEN, AIRLOCK_DATA_DIR,
-// AIRLOCK_STATE_DIR, AIRLOCK_LOG_FORMAT, AIRLOCK_LOG_LEVEL). Unknown keys
+// AIRLOCK_STATE_DIR, AIRLOCK_LOG_FORMAT, AIRLOCK_LOG_LEVEL,
+// AIRLOCK_E2B_DOMAIN). Unknown keys
 // are errors.
 func Load(path string) (*Config, error) {
+	c, err := LoadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	for env, dst := range map[string]*string{
+		"AIRLOCK_SOCKET": &c.Socket, "AIRLOCK_LISTEN": &c.Listen, "AIRLOCK_DATA_DIR": &c.DataDir,
+		"AIRLOCK_STATE_DIR": &c.StateDir, "AIRLOCK_LOG_FORMAT": &c.LogFormat, "AIRLOCK_LOG_LEVEL": &c.LogLevel,
+		"AIRLOCK_E2B_DOMAIN": &c.E2BDomain,
+	} {
+		if v, ok := os.LookupEnv(env); ok {
+			*dst = v
+		}
+	}
+	return c, nil
+}
+
+// LoadFile reads a configuration file ("" for none) without looking at
+// the environment. Unknown keys are errors.
+func LoadFile(path string) (*Config, error) {
 	c := &Config{}
 	if path != "" {
 		b, err := os.ReadFile(path)
@@ -145,15 +174,6 @@ func Load(path string) (*Config, error) {
 		dec.KnownFields(true)
 		if err := dec.Decode(c); err != nil && err != io.EOF {
 			return nil, fmt.Errorf("config %s: %v", path, err)
-		}
-	}
-	for env, dst := range map[string]*string{
-		"AIRLOCK_SOCKET": &c.Socket, "AIRLOCK_LISTEN": &c.Listen, "AIRLOCK_DATA_DIR": &c.DataDir,
-		"AIRLOCK_STATE_DIR": &c.StateDir, "AIRLOCK_LOG_FORMAT": &c.LogFormat, "AIRLOCK_LOG_LEVEL": &c.LogLevel,
-		"AIRLOCK_E2B_DOMAIN": &c.E2BDomain,
-	} {
-		if v, ok := os.LookupEnv(env); ok {
-			*dst = v
 		}
 	}
 	return c, nil

@@ -46,6 +46,12 @@ func Logger(w io.Writer, format, level string) (*slog.Logger, error) {
 // get a grace period, warm pool members are destroyed. Callers' sandboxes
 // keep running and are re-adopted by the next daemon.
 func Run(ctx context.Context, c *Config, log *slog.Logger) error {
+	if c.Ephemeral {
+		if err := c.ephemeral(); err != nil {
+			return err
+		}
+		defer os.RemoveAll(c.ephemeralDir)
+	}
 	c.defaults()
 	mc, maxUpload, err := c.manager()
 	if err != nil {
@@ -74,11 +80,15 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if err := os.MkdirAll(c.StateDir, 0o711); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
-	stateLock, err := lockDir(c.StateDir, "state directory")
-	if err != nil {
-		return err
+	if !c.Ephemeral {
+		// Ephemeral daemons share their state root: each sandbox's state
+		// names its live owner, and the runtime sweeps only dead owners'.
+		stateLock, err := lockDir(c.StateDir, "state directory")
+		if err != nil {
+			return err
+		}
+		defer stateLock.Close()
 	}
-	defer stateLock.Close()
 	st, err := store.Open(ctx, filepath.Join(c.DataDir, "airlock.db"))
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
@@ -92,6 +102,12 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 		return err
 	}
 	rt := &native.Runtime{Detached: true, StateRoot: c.StateDir, Volumes: vols}
+	if c.Ephemeral {
+		// Its sandboxes end with this process: the kernel kills their
+		// inits, and a reaper removes their host state.
+		rt.Detached, rt.Reaper = false, true
+		mc.EgressDir = filepath.Join(c.ephemeralDir, "egress")
+	}
 	if os.Geteuid() == 0 {
 		pool, err := uidpool.Resolve(c.UIDPool)
 		if err != nil {
@@ -131,8 +147,11 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	if !c.Ephemeral {
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+	}
 	errc := make(chan error, 2)
 	servers := []*http.Server{}
 	serve := func(l net.Listener, remote bool) {
@@ -178,6 +197,9 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 		}
 	}
 	os.Remove(c.Socket)
+	if c.Ephemeral {
+		destroyAll(sctx, m, log)
+	}
 	m.Close(sctx, true)
 	log.Info("stopped")
 	return err
@@ -211,4 +233,18 @@ func listenUnix(path string) (net.Listener, error) {
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	return l, nil
+}
+
+// destroyAll destroys every sandbox of an ephemeral daemon as it stops.
+func destroyAll(ctx context.Context, m *manager.Manager, log *slog.Logger) {
+	list, err := m.List(ctx, manager.ListOptions{Limit: 1000})
+	if err != nil {
+		log.Error("destroy sandboxes", "err", err)
+		return
+	}
+	for _, sb := range list.Sandboxes {
+		if err := m.Delete(ctx, sb.ID); err != nil {
+			log.Error("destroy sandbox", "id", sb.ID, "err", err)
+		}
+	}
 }

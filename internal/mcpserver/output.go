@@ -1,0 +1,104 @@
+package mcpserver
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"unicode/utf8"
+)
+
+// keepBytes is how much of each output stream run_command keeps at the
+// start and at the end; what lies between is cut and replaced by a marker.
+const keepBytes = 16 << 10
+
+// capture keeps the first and the last limit bytes of a stream and counts
+// the rest.
+type capture struct {
+	limit int
+	head  []byte
+	tail  []byte
+	total int64
+	lost  int64 // bytes the daemon dropped before they could be read
+}
+
+func newCapture(limit int) *capture { return &capture{limit: limit} }
+
+func (c *capture) write(p []byte) {
+	c.total += int64(len(p))
+	if n := min(c.limit-len(c.head), len(p)); n > 0 {
+		c.head = append(c.head, p[:n]...)
+		p = p[n:]
+	}
+	if len(p) == 0 {
+		return
+	}
+	if len(p) >= c.limit {
+		c.tail = append(c.tail[:0], p[len(p)-c.limit:]...)
+		return
+	}
+	c.tail = append(c.tail, p...)
+	if over := len(c.tail) - c.limit; over > 0 {
+		copy(c.tail, c.tail[over:])
+		c.tail = c.tail[:c.limit]
+	}
+}
+
+// cut is how many bytes of the stream the result leaves out.
+func (c *capture) cut() int64 {
+	return c.total - int64(len(c.head)) - int64(len(c.tail)) + c.lost
+}
+
+// text is the kept output as valid UTF-8, with a marker line where bytes
+// were cut.
+func (c *capture) text() string {
+	if c.cut() == 0 {
+		return utf8Text(append(append([]byte{}, c.head...), c.tail...))
+	}
+	return utf8Text(c.head) + cutMarker(c.cut(), c.limit) + utf8Text(c.tail)
+}
+
+func cutMarker(n int64, limit int) string {
+	return fmt.Sprintf("\n[... airlock: %d bytes cut here; the first and last %d KiB of this stream are kept ...]\n", n, limit>>10)
+}
+
+// utf8Text turns output bytes into a string for JSON: invalid sequences
+// become U+FFFD.
+func utf8Text(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
+
+// Workspace is the only directory the file tools reach.
+const Workspace = "/workspace"
+
+// workspacePath resolves p (absolute, or relative to /workspace) and
+// refuses anything that is not /workspace or under it.
+func workspacePath(p string) (string, error) {
+	if p == "" {
+		return "", fmt.Errorf("path is empty: give a path under %s (or relative to it)", Workspace)
+	}
+	if strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("path %q holds a NUL byte", p)
+	}
+	if !strings.HasPrefix(p, "/") {
+		p = Workspace + "/" + p
+	}
+	c := path.Clean(p)
+	if c != Workspace && !strings.HasPrefix(c, Workspace+"/") {
+		return "", fmt.Errorf("path %q is outside %s: the file tools work only under %s (use run_command to look elsewhere)", clip(p), Workspace, Workspace)
+	}
+	return c, nil
+}
+
+// clip shortens a string echoed in an error.
+func clip(s string) string {
+	if len(s) <= 120 {
+		return s
+	}
+	return s[:120] + fmt.Sprintf("...(%d bytes)", len(s))
+}
+
+func fileMode(m int) os.FileMode { return os.FileMode(m) }
