@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/sandbox"
 	"github.com/airlock-dev/airlock/internal/uidpool"
+	"github.com/airlock-dev/airlock/internal/workspace"
 )
 
 type runFlags struct {
@@ -42,6 +43,7 @@ type runFlags struct {
 	netLog                                     string
 	uidPool                                    string
 	runtime                                    string
+	workspaceMode                              string
 }
 
 func newRunCmd() *cobra.Command {
@@ -62,6 +64,7 @@ environment is passed unless asked for.`,
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "host directory mounted read-write at /workspace (default: a fresh empty directory, removed afterwards)")
+	fl.StringVar(&f.workspaceMode, "workspace-mode", "overlay", "overlay: the sandbox writes to a copy-on-write layer over --workspace, applied when the command ends (protected paths kept aside); live: the directory itself, read-write (missing protected paths get placeholders)")
 	fl.StringVar(&f.runtime, "runtime", "", "isolation backend: native (default) or gvisor (gVisor's runsc; see airlock doctor)")
 	fl.StringVarP(&f.policyFile, "policy", "p", "", "policy file (YAML); flags override it")
 	fl.StringVar(&f.image, "image", "", "root filesystem directory (default: the host's system directories, read-only)")
@@ -245,7 +248,7 @@ func absAll(paths []string) []string {
 	return out
 }
 
-func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
+func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 	stderr := cmd.ErrOrStderr()
 	fail := func(code int, format string, args ...any) error {
 		fmt.Fprintf(stderr, "airlock: "+format+"\n", args...)
@@ -271,6 +274,36 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 	pool, err := uidPool(f.uidPool)
 	if err != nil {
 		return fail(exitSetup, "%v", err)
+	}
+	var wsRun *workspace.Run
+	sandboxMade := false
+	switch f.workspaceMode {
+	case "overlay":
+		if p.Workspace == "" {
+			break
+		}
+		if p.Runtime == policy.RuntimeGVisor {
+			return fail(exitSetup, "the workspace overlay (changes applied when the command ends) is not supported by the gvisor runtime; pass --workspace-mode live to give the sandbox the directory itself")
+		}
+		notePending(stderr)
+		if spec.ID == "" {
+			spec.ID = newRunID()
+		}
+		if wsRun, err = workspace.Create(spec.ID, p.Workspace, spec.Protected, argv); err != nil {
+			return fail(exitSetup, "workspace overlay: %v (or pass --workspace-mode live)", err)
+		}
+		spec.WorkspaceLayer = wsRun.Layer()
+		defer func() {
+			if !sandboxMade {
+				wsRun.Discard() // the command never ran: nothing to apply
+			}
+		}()
+	case "live":
+		if p.Workspace != "" {
+			fmt.Fprintf(stderr, "airlock: WARNING: --workspace-mode live: the sandbox writes to %s directly while it runs; protected paths that do not exist appear there as empty placeholder directories until it ends\n", p.Workspace)
+		}
+	default:
+		return fail(exitSetup, "--workspace-mode %s: want overlay or live", errdefs.Quote(f.workspaceMode))
 	}
 	tty := !f.noTTY && term.IsTerminal(int(os.Stdin.Fd()))
 	env, err := sandbox.Env(p, f.env, tty, os.LookupEnv)
@@ -317,7 +350,16 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 		return fail(exitSetup, "cannot create sandbox: %v", err)
 	}
 	created := time.Since(t0)
+	sandboxMade = true
 	defer sb.Destroy(ctx)
+	if wsRun != nil {
+		// Registered before the others: it runs after them, once the
+		// command has ended one way or another (exit, signal, timeout).
+		defer func() {
+			sb.Destroy(ctx)
+			retErr = finishRun(stderr, wsRun, retErr, f.verbose)
+		}()
+	}
 	if sandbox.HasNetwork(p) {
 		gw, err := startEgress(sb, p, setup, f, stderr)
 		if err != nil {
