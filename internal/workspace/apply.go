@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -188,6 +189,13 @@ func (a *applier) dir(up, host int, rel string) {
 			}
 			a.dir(cup, child, p)
 			unix.Close(cup)
+			if !exists && a.aboveProtected(p) {
+				// Made only to hold what was kept aside (mkdir -p
+				// .git/hooks): not left empty on the host.
+				if names, err := readNames(child); err == nil && len(names) == 0 && unix.Unlinkat(host, name, unix.AT_REMOVEDIR) == nil {
+					a.rep.Applied = slices.DeleteFunc(a.rep.Applied, func(s string) bool { return s == p+"/" })
+				}
+			}
 			unix.Close(child)
 			// Emptied: every change beneath it is applied.
 			unix.Unlinkat(up, name, unix.AT_REMOVEDIR)
