@@ -432,3 +432,53 @@ func TestWorkspaceLive(t *testing.T) {
 		t.Errorf("gvisor with the overlay: want exit 125 naming --workspace-mode live\n%s", r)
 	}
 }
+
+// A command that succeeded but whose changes could not all be applied
+// makes airlock exit 125 and name the retry; the retry applies the rest.
+// The control: a command that timed out still has its changes applied.
+func TestWorkspaceOverlayApplyFailure(t *testing.T) {
+	needRoot(t)
+	o := opts{}
+	changesEnv(t, &o)
+	ws := t.TempDir()
+	ro := filepath.Join(ws, "ro")
+	os.Mkdir(ro, 0o755)
+	// A read-only mount in the host directory: the sandbox's write there
+	// cannot be applied.
+	if out, err := exec.Command("mount", "--bind", ro, ro).CombinedOutput(); err != nil {
+		t.Skipf("bind mount: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", ro).Run() })
+	if out, err := exec.Command("mount", "-o", "remount,bind,ro", ro).CombinedOutput(); err != nil {
+		t.Skipf("remount read-only: %v %s", err, out)
+	}
+	r := sh(t, o, []string{"--workspace", ws}, "echo a > ro/f; echo b > ok.txt")
+	if r.code != 125 || !strings.Contains(r.stderr, "airlock review apply") {
+		t.Fatalf("want exit 125 naming airlock review apply\n%s", r)
+	}
+	if got, _ := os.ReadFile(filepath.Join(ws, "ok.txt")); string(got) != "b\n" {
+		t.Errorf("ok.txt = %q: what could be applied was not", got)
+	}
+	id := regexp.MustCompile(`review apply ([0-9a-f]{16})`).FindStringSubmatch(r.stderr)
+	if id == nil {
+		t.Fatalf("no run id in\n%s", r)
+	}
+	// The command's own failure is its status, not 125.
+	if r := sh(t, o, []string{"--workspace", ws}, "echo c > ro/g; exit 3"); r.code != 3 {
+		t.Errorf("a failing command: want its status 3\n%s", r)
+	}
+	exec.Command("umount", "-l", ro).Run()
+	r = airlock(t, o, "review", "apply", id[1])
+	mustOK(t, r, "retry")
+	if got, _ := os.ReadFile(filepath.Join(ro, "f")); string(got) != "a\n" {
+		t.Errorf("ro/f after the retry = %q", got)
+	}
+	// Timeout: the sandbox is killed, its changes are applied.
+	r = sh(t, o, []string{"--workspace", ws, "--timeout", "2s"}, "echo t > timed.txt; sleep 60")
+	if r.code != 124 {
+		t.Errorf("want 124\n%s", r)
+	}
+	if got, _ := os.ReadFile(filepath.Join(ws, "timed.txt")); string(got) != "t\n" {
+		t.Errorf("timed.txt = %q after a timeout", got)
+	}
+}
