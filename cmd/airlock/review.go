@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -44,14 +46,46 @@ func notePending(w io.Writer) {
 // gone and reports them. The command's own status stays the exit status,
 // except that a command that succeeded but whose changes could not all be
 // applied makes airlock exit 125.
-func finishRun(w io.Writer, run *workspace.Run, cmdErr error, verbose bool) error {
+func finishRun(w io.Writer, run *workspace.Run, cmdErr error, f *runFlags, ask *askTTY) error {
 	defer run.Close()
+	verbose := f.verbose
 	code := 0
 	var ee exitError
 	if errors.As(cmdErr, &ee) {
 		code = ee.code
 	} else if cmdErr != nil {
 		code = 1
+	}
+	if f.review {
+		changes, err := run.Changes(true)
+		if err != nil {
+			fmt.Fprintf(w, "airlock: review: %v\n", err)
+		}
+		printChanges(w, run, changes)
+		decision := ""
+		switch {
+		case f.reviewApply:
+			decision = "apply"
+		case f.reviewDiscard:
+			decision = "discard"
+		case len(changes) == 0 && err == nil:
+			decision = "discard" // nothing to decide
+		case ask != nil:
+			decision = ask.ask(w, fmt.Sprintf("airlock: apply these changes to %s? [y/N] ", quoteName(run.Workspace)))
+		}
+		switch decision {
+		case "discard":
+			if err := run.Discard(); err != nil {
+				fmt.Fprintf(w, "airlock: discard: %v\n", err)
+			} else if len(changes) > 0 {
+				fmt.Fprintf(w, "airlock: changes discarded; %s is as the host left it\n", quoteName(run.Workspace))
+			}
+			return cmdErr
+		case "apply":
+		default:
+			fmt.Fprintf(w, "airlock: changes kept pending in %s:\n  airlock review diff %s\n  airlock review apply %s\n  airlock review discard %s\n", run.Dir, run.ID, run.ID, run.ID)
+			return cmdErr
+		}
 	}
 	t0 := time.Now()
 	rep, err := run.Apply()
@@ -121,6 +155,136 @@ func quoteName(s string) string {
 	return s
 }
 
+// printChanges lists a run's changes and the diffs of its text files;
+// names and diff lines are escaped (the sandbox chose them).
+func printChanges(w io.Writer, run *workspace.Run, changes []workspace.Change) {
+	if len(changes) == 0 {
+		fmt.Fprintf(w, "airlock: no changes to %s\n", quoteName(run.Workspace))
+		return
+	}
+	fmt.Fprintf(w, "airlock: changes to %s (run %s):\n", quoteName(run.Workspace), run.ID)
+	for _, c := range changes {
+		fmt.Fprintf(w, "  %s\n", describeChange(c))
+	}
+	for _, c := range changes {
+		if c.Diff != "" {
+			for _, line := range strings.SplitAfter(c.Diff, "\n") {
+				if line != "" {
+					fmt.Fprintf(w, "%s\n", escapeLine(strings.TrimSuffix(line, "\n")))
+				}
+			}
+		}
+	}
+}
+
+func describeChange(c workspace.Change) string {
+	p := quoteName(c.Path)
+	switch c.Kind {
+	case "added":
+		switch c.Type {
+		case "symlink":
+			return fmt.Sprintf("added     %s -> %s", p, quoteName(c.NewTarget))
+		case "dir":
+			return fmt.Sprintf("added     %s", p)
+		}
+		return fmt.Sprintf("added     %s (%s, %d bytes)", p, c.NewMode, c.Size)
+	case "modified":
+		s := fmt.Sprintf("modified  %s (%d -> %d bytes)", p, c.OldSize, c.Size)
+		if c.OldMode != c.NewMode {
+			s += fmt.Sprintf(", %s -> %s", c.OldMode, c.NewMode)
+		}
+		if c.Binary {
+			s += ", binary or large"
+		}
+		return s
+	case "mode":
+		return fmt.Sprintf("mode      %s %s -> %s", p, c.OldMode, c.NewMode)
+	case "deleted":
+		return fmt.Sprintf("deleted   %s", p)
+	case "symlink":
+		return fmt.Sprintf("symlink   %s: %s -> %s", p, quoteName(c.OldTarget), quoteName(c.NewTarget))
+	case "type":
+		return fmt.Sprintf("type      %s (now a %s)", p, c.Type)
+	case "kept":
+		return fmt.Sprintf("kept      %s (protected: never applied)", p)
+	}
+	return fmt.Sprintf("%-9s %s", c.Kind, p)
+}
+
+// escapeLine makes a diff line safe for a terminal: control characters
+// (but tab) and invalid bytes are written as Go escapes.
+func escapeLine(s string) string {
+	clean := true
+	for _, r := range s {
+		if (r < 0x20 && r != '\t') || r == 0x7f || r == utf8.RuneError || (r >= 0x80 && r < 0xa0) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
+}
+
+// askTTY is the caller's terminal as airlock reads it at the end of a
+// --review run: a non-blocking duplicate of stdin that the command's input
+// is copied from, so that airlock can stop that copy and ask.
+type askTTY struct {
+	in      *os.File
+	fd      int
+	copying sync.WaitGroup
+}
+
+func newAskTTY() (*askTTY, error) {
+	fd, err := unix.FcntlInt(0, unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return &askTTY{in: os.NewFile(uintptr(fd), "stdin"), fd: fd}, nil
+}
+
+// ask stops the copy into the (finished) sandbox, asks, and returns
+// "apply", "discard" or "" (no answer: keep pending).
+func (a *askTTY) ask(w io.Writer, prompt string) string {
+	a.in.SetReadDeadline(time.Now())
+	done := make(chan struct{})
+	go func() { a.copying.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+	}
+	a.in.SetReadDeadline(time.Time{})
+	fmt.Fprint(w, prompt)
+	var line []byte
+	buf := make([]byte, 1)
+	for len(line) < 256 {
+		n, err := a.in.Read(buf)
+		if n == 0 || err != nil || buf[0] == '\n' || buf[0] == '\r' {
+			break
+		}
+		line = append(line, buf[0])
+	}
+	fmt.Fprintln(w)
+	switch strings.ToLower(strings.TrimSpace(string(line))) {
+	case "y", "yes":
+		return "apply"
+	case "n", "no":
+		return "discard"
+	}
+	return ""
+}
+
+func (a *askTTY) close() {
+	unix.SetNonblock(a.fd, false)
+	a.in.Close()
+}
+
 func newReviewCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -165,7 +329,42 @@ has them) and "airlock review discard ID" throws its changes away.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(apply, discard)
+	var diffJSON bool
+	diff := &cobra.Command{
+		Use:   "diff ID",
+		Short: "Show a pending run's changes: a list and a unified diff of text files",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			stderr := cmd.ErrOrStderr()
+			run, err := workspace.Open(args[0])
+			if err != nil {
+				fmt.Fprintf(stderr, "airlock: %v\n", err)
+				return exitError{1}
+			}
+			defer run.Close()
+			if !run.Pending() {
+				fmt.Fprintf(stderr, "airlock: run %s has no pending changes (applied already)\n", run.ID)
+				return exitError{1}
+			}
+			changes, err := run.Changes(true)
+			if err != nil {
+				fmt.Fprintf(stderr, "airlock: %v\n", err)
+				return exitError{1}
+			}
+			if diffJSON {
+				if changes == nil {
+					changes = []workspace.Change{}
+				}
+				b, _ := json.MarshalIndent(changes, "", "  ")
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\n", b)
+				return nil
+			}
+			printChanges(cmd.OutOrStdout(), run, changes)
+			return nil
+		},
+	}
+	diff.Flags().BoolVar(&diffJSON, "json", false, "print the changes as JSON")
+	cmd.AddCommand(apply, discard, diff)
 	return cmd
 }
 

@@ -44,6 +44,7 @@ type runFlags struct {
 	uidPool                                    string
 	runtime                                    string
 	workspaceMode                              string
+	review, reviewApply, reviewDiscard         bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -65,6 +66,9 @@ environment is passed unless asked for.`,
 	fl.SetInterspersed(false)
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "host directory mounted read-write at /workspace (default: a fresh empty directory, removed afterwards)")
 	fl.StringVar(&f.workspaceMode, "workspace-mode", "overlay", "overlay: the sandbox writes to a copy-on-write layer over --workspace, applied when the command ends (protected paths kept aside); live: the directory itself, read-write (missing protected paths get placeholders)")
+	fl.BoolVar(&f.review, "review", false, "with --workspace: apply nothing when the command ends; show the changes (a list and a diff on stderr) and ask, or keep them pending for airlock review")
+	fl.BoolVar(&f.reviewApply, "apply", false, "with --review: apply the changes after showing them")
+	fl.BoolVar(&f.reviewDiscard, "discard", false, "with --review: discard the changes after showing them")
 	fl.StringVar(&f.runtime, "runtime", "", "isolation backend: native (default) or gvisor (gVisor's runsc; see airlock doctor)")
 	fl.StringVarP(&f.policyFile, "policy", "p", "", "policy file (YAML); flags override it")
 	fl.StringVar(&f.image, "image", "", "root filesystem directory (default: the host's system directories, read-only)")
@@ -277,6 +281,16 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 	}
 	var wsRun *workspace.Run
 	sandboxMade := false
+	switch {
+	case f.reviewApply && f.reviewDiscard:
+		return fail(exitSetup, "--apply and --discard: choose one")
+	case (f.reviewApply || f.reviewDiscard) && !f.review:
+		return fail(exitSetup, "--apply and --discard go with --review")
+	case f.review && p.Workspace == "":
+		return fail(exitSetup, "--review needs --workspace DIR (a fresh workspace is thrown away anyway)")
+	case f.review && f.workspaceMode != "overlay":
+		return fail(exitSetup, "--review needs the overlay workspace, not --workspace-mode %s", errdefs.Quote(f.workspaceMode))
+	}
 	switch f.workspaceMode {
 	case "overlay":
 		if p.Workspace == "" {
@@ -293,6 +307,11 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 			return fail(exitSetup, "workspace overlay: %v (or pass --workspace-mode live)", err)
 		}
 		spec.WorkspaceLayer = wsRun.Layer()
+		if f.review {
+			if err := wsRun.SetReview(true); err != nil {
+				return fail(exitSetup, "workspace overlay: %v", err)
+			}
+		}
 		defer func() {
 			if !sandboxMade {
 				wsRun.Discard() // the command never ran: nothing to apply
@@ -306,6 +325,17 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		return fail(exitSetup, "--workspace-mode %s: want overlay or live", errdefs.Quote(f.workspaceMode))
 	}
 	tty := !f.noTTY && term.IsTerminal(int(os.Stdin.Fd()))
+	// With --review on a terminal, airlock asks on it at the end: the
+	// command's stdin goes through a descriptor airlock can take back.
+	stdin := os.Stdin
+	var ask *askTTY
+	if f.review && !f.reviewApply && !f.reviewDiscard && term.IsTerminal(int(os.Stdin.Fd())) {
+		if ask, err = newAskTTY(); err != nil {
+			return fail(exitSetup, "--review: %v", err)
+		}
+		defer ask.close()
+		stdin = ask.in
+	}
 	env, err := sandbox.Env(p, f.env, tty, os.LookupEnv)
 	if err != nil {
 		return fail(exitSetup, "%v", err)
@@ -357,7 +387,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		// command has ended one way or another (exit, signal, timeout).
 		defer func() {
 			sb.Destroy(ctx)
-			retErr = finishRun(stderr, wsRun, retErr, f.verbose)
+			retErr = finishRun(stderr, wsRun, retErr, f, ask)
 		}()
 	}
 	if sandbox.HasNetwork(p) {
@@ -395,7 +425,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 			f   *os.File
 			in  bool
 			dst **os.File
-		}{{os.Stdin, true, &req.Stdin}, {os.Stdout, false, &req.Stdout}, {os.Stderr, false, &req.Stderr}}
+		}{{stdin, true, &req.Stdin}, {os.Stdout, false, &req.Stdout}, {os.Stderr, false, &req.Stderr}}
 		for _, s := range streams {
 			if !term.IsTerminal(int(s.f.Fd())) {
 				*s.dst = s.f
@@ -408,7 +438,16 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 			if s.in {
 				*s.dst = r
 				closeAfterStart = append(closeAfterStart, r)
-				go func(src *os.File) { io.Copy(w, src); w.Close() }(s.f)
+				if ask != nil {
+					ask.copying.Add(1)
+				}
+				go func(src *os.File) {
+					io.Copy(w, src)
+					w.Close()
+					if ask != nil {
+						ask.copying.Done()
+					}
+				}(s.f)
 			} else {
 				*s.dst = w
 				closeAfterStart = append(closeAfterStart, w)
@@ -439,7 +478,15 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 			restore = func() { term.Restore(int(os.Stdin.Fd()), state) }
 			defer restore()
 		}
-		go io.Copy(pty, os.Stdin)
+		if ask != nil {
+			ask.copying.Add(1)
+		}
+		go func() {
+			io.Copy(pty, stdin)
+			if ask != nil {
+				ask.copying.Done()
+			}
+		}()
 		copies.Add(1)
 		go func() { defer copies.Done(); io.Copy(os.Stdout, pty) }()
 	}
