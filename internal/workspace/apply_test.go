@@ -32,12 +32,11 @@ func read(t testing.TB, path string) string {
 	return string(b)
 }
 
-// newRun makes a run over a fresh workspace in a private changes root.
-func newRun(t testing.TB, id string) (*Run, string) {
+// newRun gives the test a private changes root and a fresh workspace.
+func newRun(t testing.TB, _ string) (*Run, string) {
 	t.Helper()
 	t.Setenv("AIRLOCK_CHANGES_DIR", filepath.Join(t.TempDir(), "changes"))
-	ws := t.TempDir()
-	return nil, ws
+	return nil, t.TempDir()
 }
 
 func create(t testing.TB, id, ws string) *Run {
@@ -311,4 +310,54 @@ func newTestID(i int) string {
 		i /= 16
 	}
 	return string(b)
+}
+
+// Changes lists what Apply would do, without doing it.
+func TestReviewChanges(t *testing.T) {
+	needRoot(t)
+	_, ws := newRun(t, "")
+	write(t, filepath.Join(ws, "mod.txt"), "a\nb\n")
+	write(t, filepath.Join(ws, "same.txt"), "same\n")
+	write(t, filepath.Join(ws, "del.txt"), "x\n")
+	write(t, filepath.Join(ws, "bin"), "\x00\x01")
+	os.Symlink("old", filepath.Join(ws, "ln"))
+	r := create(t, "00000000000000a5", ws)
+	up := r.Upper()
+	write(t, filepath.Join(up, "mod.txt"), "a\nc\n")
+	write(t, filepath.Join(up, "same.txt"), "same\n")
+	os.Chmod(filepath.Join(up, "same.txt"), 0o600)
+	whiteout(t, filepath.Join(up, "del.txt"))
+	write(t, filepath.Join(up, "bin"), "\x00\x02")
+	os.Symlink("new", filepath.Join(up, "ln"))
+	write(t, filepath.Join(up, "add/n.txt"), "n\n")
+	write(t, filepath.Join(up, ".bashrc"), "evil\n")
+	changes, err := r.Changes(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Change{}
+	for _, c := range changes {
+		got[c.Path] = c
+	}
+	for p, k := range map[string]string{"mod.txt": "modified", "same.txt": "mode", "del.txt": "deleted", "bin": "modified", "ln": "symlink", "add/": "added", "add/n.txt": "added", ".bashrc": "kept"} {
+		if got[p].Kind != k {
+			t.Errorf("%s: %q, want %q (all %+v)", p, got[p].Kind, k, changes)
+		}
+	}
+	if d := got["mod.txt"].Diff; !strings.Contains(d, "-b\n+c\n") {
+		t.Errorf("mod.txt diff:\n%s", d)
+	}
+	if !got["bin"].Binary || got["bin"].Diff != "" {
+		t.Errorf("bin: %+v, want binary without a diff", got["bin"])
+	}
+	if got["ln"].OldTarget != "old" || got["ln"].NewTarget != "new" {
+		t.Errorf("ln: %+v", got["ln"])
+	}
+	// Nothing was applied.
+	if got := read(t, filepath.Join(ws, "mod.txt")); got != "a\nb\n" {
+		t.Errorf("Changes changed mod.txt: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(up, "mod.txt")); err != nil {
+		t.Errorf("Changes consumed the upper layer: %v", err)
+	}
 }
