@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -260,18 +261,32 @@ func (a *askTTY) ask(w io.Writer, prompt string) string {
 	case <-time.After(2 * time.Second):
 	}
 	a.in.SetReadDeadline(time.Time{})
+	// ^C (or another end) at the question leaves the run pending.
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
+	defer signal.Stop(sigc)
 	fmt.Fprint(w, prompt)
-	var line []byte
-	buf := make([]byte, 1)
-	for len(line) < 256 {
-		n, err := a.in.Read(buf)
-		if n == 0 || err != nil || buf[0] == '\n' || buf[0] == '\r' {
-			break
+	answer := make(chan string, 1)
+	go func() {
+		var line []byte
+		buf := make([]byte, 1)
+		for len(line) < 256 {
+			n, err := a.in.Read(buf)
+			if n == 0 || err != nil || buf[0] == '\n' || buf[0] == '\r' {
+				break
+			}
+			line = append(line, buf[0])
 		}
-		line = append(line, buf[0])
+		answer <- string(line)
+	}()
+	var line string
+	select {
+	case line = <-answer:
+	case <-sigc:
+		a.in.SetReadDeadline(time.Now())
 	}
 	fmt.Fprintln(w)
-	switch strings.ToLower(strings.TrimSpace(string(line))) {
+	switch strings.ToLower(strings.TrimSpace(line)) {
 	case "y", "yes":
 		return "apply"
 	case "n", "no":

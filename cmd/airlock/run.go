@@ -299,6 +299,12 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		if p.Runtime == policy.RuntimeGVisor {
 			return fail(exitSetup, "the workspace overlay (changes applied when the command ends) is not supported by the gvisor runtime; pass --workspace-mode live to give the sandbox the directory itself")
 		}
+		if fi, err := os.Stat(p.Workspace); err != nil || !fi.IsDir() {
+			if err == nil {
+				err = errors.New("not a directory")
+			}
+			return fail(exitSetup, "workspace %s: %v", errdefs.Quote(p.Workspace), err)
+		}
 		notePending(stderr)
 		if spec.ID == "" {
 			spec.ID = newRunID()

@@ -234,11 +234,9 @@ func (a *applier) dir(up, host int, rel string) {
 func (a *applier) place(up, host int, name string, ust *unix.Stat_t, uid, gid int) error {
 	err := unix.Renameat(up, name, host, name)
 	if errors.Is(err, unix.EXDEV) {
-		tmp := ".airlock-apply-" + name
-		if len(tmp) > 255 {
-			tmp = tmp[:255]
-		}
-		unix.Unlinkat(host, tmp, 0)
+		var rnd [6]byte
+		unix.Getrandom(rnd[:], 0)
+		tmp := fmt.Sprintf(".airlock-apply-%x", rnd)
 		if ust.Mode&unix.S_IFMT == unix.S_IFLNK {
 			target, rerr := readlinkat(up, name)
 			if rerr != nil {
