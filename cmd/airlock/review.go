@@ -432,6 +432,7 @@ func reviewApply(stderr io.Writer, id string) error {
 	}
 	// The sandbox of a killed airlock is ended by its reaper; apply only
 	// once nothing of it can still write to the upper layer.
+	native.Sweep(native.DefaultStateRoot())
 	state := filepath.Join(native.DefaultStateRoot(), run.ID)
 	for i := 0; i < 100; i++ {
 		if _, err := os.Lstat(state); errors.Is(err, os.ErrNotExist) {
