@@ -56,7 +56,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newDoctorCmd(), newCreateCmd(), newLsCmd(), newExecCmd(), newCpCmd(), newLogsCmd(), newPauseCmd(), newResumeCmd(), newRmCmd(), newNetCmd(), newKeysCmd(), newPortCmd())
+	root.AddCommand(newRunCmd(), newDoctorCmd(), newCreateCmd(), newLsCmd(), newExecCmd(), newCpCmd(), newLogsCmd(), newPauseCmd(), newResumeCmd(), newRmCmd(), newNetCmd(), newKeysCmd(), newPortCmd(), newReviewCmd())
 	root.AddCommand(newServeCmd())
 	root.AddCommand(newMCPCmd())
 	if err := root.Execute(); err != nil {

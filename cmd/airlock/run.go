@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/sandbox"
 	"github.com/airlock-dev/airlock/internal/uidpool"
+	"github.com/airlock-dev/airlock/internal/workspace"
 )
 
 type runFlags struct {
@@ -44,6 +45,8 @@ type runFlags struct {
 	uidPool                                    string
 	runtime                                    string
 	caches                                     []string
+	workspaceMode                              string
+	review, reviewApply, reviewDiscard         bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -64,6 +67,10 @@ environment is passed unless asked for.`,
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "host directory mounted read-write at /workspace (default: a fresh empty directory, removed afterwards)")
+	fl.StringVar(&f.workspaceMode, "workspace-mode", "overlay", "overlay: the sandbox writes to a copy-on-write layer over --workspace, applied when the command ends (protected paths kept aside); live: the directory itself, read-write (missing protected paths get placeholders)")
+	fl.BoolVar(&f.review, "review", false, "with --workspace: apply nothing when the command ends; show the changes (a list and a diff on stderr) and ask, or keep them pending for airlock review")
+	fl.BoolVar(&f.reviewApply, "apply", false, "with --review: apply the changes after showing them")
+	fl.BoolVar(&f.reviewDiscard, "discard", false, "with --review: discard the changes after showing them")
 	fl.StringVar(&f.runtime, "runtime", "", "isolation backend: native (default) or gvisor (gVisor's runsc; see airlock doctor)")
 	fl.StringVarP(&f.policyFile, "policy", "p", "", "policy file (YAML); flags override it")
 	fl.StringVar(&f.image, "image", "", "root filesystem directory (default: the host's system directories, read-only)")
@@ -266,7 +273,7 @@ func absAll(paths []string) []string {
 	return out
 }
 
-func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
+func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 	stderr := cmd.ErrOrStderr()
 	fail := func(code int, format string, args ...any) error {
 		fmt.Fprintf(stderr, "airlock: "+format+"\n", args...)
@@ -297,7 +304,69 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 	if err != nil {
 		return fail(exitSetup, "%v", err)
 	}
+	var wsRun *workspace.Run
+	sandboxMade := false
+	switch {
+	case f.reviewApply && f.reviewDiscard:
+		return fail(exitSetup, "--apply and --discard: choose one")
+	case (f.reviewApply || f.reviewDiscard) && !f.review:
+		return fail(exitSetup, "--apply and --discard go with --review")
+	case f.review && p.Workspace == "":
+		return fail(exitSetup, "--review needs --workspace DIR (a fresh workspace is thrown away anyway)")
+	case f.review && f.workspaceMode != "overlay":
+		return fail(exitSetup, "--review needs the overlay workspace, not --workspace-mode %s", errdefs.Quote(f.workspaceMode))
+	}
+	switch f.workspaceMode {
+	case "overlay":
+		if p.Workspace == "" {
+			break
+		}
+		if p.Runtime == policy.RuntimeGVisor {
+			return fail(exitSetup, "the workspace overlay (changes applied when the command ends) is not supported by the gvisor runtime; pass --workspace-mode live to give the sandbox the directory itself")
+		}
+		if fi, err := os.Stat(p.Workspace); err != nil || !fi.IsDir() {
+			if err == nil {
+				err = errors.New("not a directory")
+			}
+			return fail(exitSetup, "workspace %s: %v", errdefs.Quote(p.Workspace), err)
+		}
+		notePending(stderr)
+		if spec.ID == "" {
+			spec.ID = newRunID()
+		}
+		if wsRun, err = workspace.Create(spec.ID, p.Workspace, spec.Protected, argv); err != nil {
+			return fail(exitSetup, "workspace overlay: %v (or pass --workspace-mode live)", err)
+		}
+		spec.WorkspaceLayer = wsRun.Layer()
+		if f.review {
+			if err := wsRun.SetReview(true); err != nil {
+				return fail(exitSetup, "workspace overlay: %v", err)
+			}
+		}
+		defer func() {
+			if !sandboxMade {
+				wsRun.Discard() // the command never ran: nothing to apply
+			}
+		}()
+	case "live":
+		if p.Workspace != "" {
+			fmt.Fprintf(stderr, "airlock: WARNING: --workspace-mode live: the sandbox writes to %s directly while it runs; protected paths that do not exist appear there as empty placeholder directories until it ends\n", p.Workspace)
+		}
+	default:
+		return fail(exitSetup, "--workspace-mode %s: want overlay or live", errdefs.Quote(f.workspaceMode))
+	}
 	tty := !f.noTTY && term.IsTerminal(int(os.Stdin.Fd()))
+	// With --review on a terminal, airlock asks on it at the end: the
+	// command's stdin goes through a descriptor airlock can take back.
+	stdin := os.Stdin
+	var ask *askTTY
+	if f.review && !f.reviewApply && !f.reviewDiscard && term.IsTerminal(int(os.Stdin.Fd())) {
+		if ask, err = newAskTTY(); err != nil {
+			return fail(exitSetup, "--review: %v", err)
+		}
+		defer ask.close()
+		stdin = ask.in
+	}
 	env, err := sandbox.Env(p, f.env, tty, os.LookupEnv)
 	if err != nil {
 		return fail(exitSetup, "%v", err)
@@ -342,7 +411,16 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 		return fail(exitSetup, "cannot create sandbox: %v", err)
 	}
 	created := time.Since(t0)
+	sandboxMade = true
 	defer sb.Destroy(ctx)
+	if wsRun != nil {
+		// Registered before the others: it runs after them, once the
+		// command has ended one way or another (exit, signal, timeout).
+		defer func() {
+			sb.Destroy(ctx)
+			retErr = finishRun(stderr, wsRun, retErr, f, ask)
+		}()
+	}
 	if sandbox.HasNetwork(p) {
 		gw, err := startEgress(sb, p, setup, f, stderr)
 		if err != nil {
@@ -378,7 +456,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 			f   *os.File
 			in  bool
 			dst **os.File
-		}{{os.Stdin, true, &req.Stdin}, {os.Stdout, false, &req.Stdout}, {os.Stderr, false, &req.Stderr}}
+		}{{stdin, true, &req.Stdin}, {os.Stdout, false, &req.Stdout}, {os.Stderr, false, &req.Stderr}}
 		for _, s := range streams {
 			if !term.IsTerminal(int(s.f.Fd())) {
 				*s.dst = s.f
@@ -391,7 +469,16 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 			if s.in {
 				*s.dst = r
 				closeAfterStart = append(closeAfterStart, r)
-				go func(src *os.File) { io.Copy(w, src); w.Close() }(s.f)
+				if ask != nil {
+					ask.copying.Add(1)
+				}
+				go func(src *os.File) {
+					io.Copy(w, src)
+					w.Close()
+					if ask != nil {
+						ask.copying.Done()
+					}
+				}(s.f)
 			} else {
 				*s.dst = w
 				closeAfterStart = append(closeAfterStart, w)
@@ -422,7 +509,15 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) error {
 			restore = func() { term.Restore(int(os.Stdin.Fd()), state) }
 			defer restore()
 		}
-		go io.Copy(pty, os.Stdin)
+		if ask != nil {
+			ask.copying.Add(1)
+		}
+		go func() {
+			io.Copy(pty, stdin)
+			if ask != nil {
+				ask.copying.Done()
+			}
+		}()
 		copies.Add(1)
 		go func() { defer copies.Done(); io.Copy(os.Stdout, pty) }()
 	}

@@ -208,6 +208,14 @@ type Spec struct {
 	// Workspace is the host directory mounted read-write at /workspace.
 	// Empty: a fresh empty directory, removed with the sandbox.
 	Workspace string
+	// WorkspaceLayer, with Workspace: the workspace is a copy-on-write
+	// overlay whose lower layer is Workspace (read-only) and whose upper
+	// and work directories are WorkspaceLayer/upper and WorkspaceLayer/work
+	// (see internal/workspace, which applies the upper layer afterwards).
+	// Protected paths that exist are read-only; those that do not are
+	// absent (nothing is made on the host). Empty: Workspace is bound
+	// read-write (live), with placeholders for missing protected paths.
+	WorkspaceLayer string
 	// Protected lists workspace-relative paths that stay read-only, whether
 	// or not they exist when the sandbox starts.
 	Protected []string

@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,6 +166,11 @@ func baseEnv(o opts) []string {
 // command builds the airlock command; args follow the binary name.
 func command(ctx context.Context, o opts, args ...string) *exec.Cmd {
 	if backend != "" && len(args) > 0 && args[0] == "run" {
+		// The workspace overlay is native only: the conformance table
+		// gives other backends the directory itself (live).
+		if slices.Contains(args, "--workspace") || slices.Contains(args, "-w") {
+			args = append([]string{"run", "--workspace-mode", "live"}, args[1:]...)
+		}
 		args = append([]string{"run", "--runtime", backend}, args[1:]...)
 	}
 	if o.nobody && !o.noFlag && len(args) > 0 && args[0] == "run" {

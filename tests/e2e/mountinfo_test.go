@@ -37,12 +37,14 @@ func splitTables(t *testing.T, out string) map[string][]string {
 }
 
 // checkMountTables fails the test for any host path (needles) in the mount
-// tables, except in the root field of the workspace's bind mounts: the
-// kernel prints a bind mount's root as its path in its file system, and
-// nothing in the mount API changes that (a detached clone keeps it), so
-// the workspace a caller chose shows there. As a control, that field must
-// name it: the oracle sees a host path where one is.
-func checkMountTables(t *testing.T, tables map[string][]string, ws string, needles ...string) {
+// tables. The overlay workspace (the default) names none: it is an overlay
+// whose layers are named relative to a directory the sandbox does not see.
+// A live workspace (--workspace-mode live) is a bind mount, whose root
+// field the kernel prints as its path in its file system (nothing in the
+// mount API changes that: a detached clone keeps it), so the workspace a
+// caller chose shows there; as a control, that field must name it: the
+// oracle sees a host path where one is.
+func checkMountTables(t *testing.T, tables map[string][]string, ws string, live bool, needles ...string) {
 	t.Helper()
 	leak := func(s string) string {
 		for _, n := range needles {
@@ -62,11 +64,16 @@ func checkMountTables(t *testing.T, tables map[string][]string, ws string, needl
 				if target == "/workspace" || strings.HasPrefix(target, "/workspace/") {
 					if target == "/workspace" {
 						sawWorkspace = true
-						if root != ws {
+						if live && root != ws {
 							t.Errorf("control: %s: the workspace's root field is %q, want the host path %q", name, root, ws)
 						}
+						if !live && !strings.Contains(l, " - overlay workspace ") {
+							t.Errorf("%s: the workspace is not the overlay:\n%s", name, l)
+						}
 					}
-					f[3] = "-" // the kernel's, see above
+					if live {
+						f[3] = "-" // the kernel's, see above
+					}
 				}
 				if strings.Contains(l, " - overlay ") {
 					sawOverlay = true
@@ -88,31 +95,40 @@ func checkMountTables(t *testing.T, tables map[string][]string, ws string, needl
 // the sandbox does not see.
 func TestMountTablesHideHostPaths(t *testing.T) {
 	needRoot(t)
-	ws := t.TempDir()
-	os.Chmod(ws, 0o755)
-	r := sh(t, opts{}, []string{"-v", "--workspace", ws}, mountTables)
-	mustOK(t, r, "mount tables")
-	m := sandboxIDRE.FindStringSubmatch(r.stderr)
-	if m == nil {
-		t.Fatalf("no sandbox id in -v output\n%s", r)
+	for _, mode := range []string{"overlay", "live"} {
+		t.Run(mode, func(t *testing.T) {
+			ws := t.TempDir()
+			os.Chmod(ws, 0o755)
+			r := sh(t, opts{}, []string{"-v", "--workspace-mode", mode, "--workspace", ws}, mountTables)
+			mustOK(t, r, "mount tables")
+			m := sandboxIDRE.FindStringSubmatch(r.stderr)
+			if m == nil {
+				t.Fatalf("no sandbox id in -v output\n%s", r)
+			}
+			checkMountTables(t, splitTables(t, r.stdout), ws, mode == "live",
+				"/run/airlock", "/run/airlock/"+m[1], m[1], "/var/lib/airlock", "layers", "etc-", ws)
+		})
 	}
-	checkMountTables(t, splitTables(t, r.stdout), ws,
-		"/run/airlock", "/run/airlock/"+m[1], m[1], "/var/lib/airlock", "layers", "etc-", ws)
 }
 
 // The same, rootless: the state root is the caller's own (XDG_RUNTIME_DIR),
 // and the overlays' lower layers that are not system directories (the /etc
 // cache, an image) are bound to neutral names first.
 func TestMountTablesHideHostPathsRootless(t *testing.T) {
-	runtimeDir := nobodyDir(t)
-	ws := nobodyDir(t)
-	o := opts{nobody: true, env: []string{"XDG_RUNTIME_DIR=" + runtimeDir}}
-	r := sh(t, o, []string{"-v", "--workspace", ws}, mountTables)
-	mustOK(t, r, "mount tables (rootless)")
-	m := sandboxIDRE.FindStringSubmatch(r.stderr)
-	if m == nil {
-		t.Fatalf("no sandbox id in -v output\n%s", r)
+	for _, mode := range []string{"overlay", "live"} {
+		t.Run(mode, func(t *testing.T) {
+			runtimeDir := nobodyDir(t)
+			ws := nobodyDir(t)
+			o := opts{nobody: true, env: []string{"XDG_RUNTIME_DIR=" + runtimeDir}}
+			changes := changesEnv(t, &o)
+			r := sh(t, o, []string{"-v", "--workspace-mode", mode, "--workspace", ws}, mountTables)
+			mustOK(t, r, "mount tables (rootless)")
+			m := sandboxIDRE.FindStringSubmatch(r.stderr)
+			if m == nil {
+				t.Fatalf("no sandbox id in -v output\n%s", r)
+			}
+			checkMountTables(t, splitTables(t, r.stdout), ws, mode == "live",
+				runtimeDir, filepath.Dir(runtimeDir), "/run/airlock", m[1], "layers", "etc-", ws, changes)
+		})
 	}
-	checkMountTables(t, splitTables(t, r.stdout), ws,
-		runtimeDir, filepath.Dir(runtimeDir), "/run/airlock", m[1], "layers", "etc-", ws)
 }

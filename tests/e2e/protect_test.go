@@ -52,32 +52,64 @@ try ctl_objects sh -c 'echo x > .git/objects/x'
 try ctl_new sh -c 'echo x > notes.txt'
 `
 
+// liveWorkspace reports whether runs of this test get the workspace itself
+// (the conformance table runs other backends with --workspace-mode live)
+// rather than the default overlay.
+func liveWorkspace() bool { return backend != "" }
+
 // Workspace protection: files that something outside the sandbox later runs
-// stay read-only, even those that do not exist yet.
+// never reach the host. Those that exist are read-only inside (EROFS); those
+// that do not exist are absent: in the overlay a write to one is kept aside
+// and reported at the end, in live mode a placeholder refuses it.
 func TestWorkspaceProtection(t *testing.T) {
 	need(t)
+	o := opts{}
+	changesEnv(t, &o)
 	ws := t.TempDir()
 	files := gitTree(t, ws)
 	before := map[string]string{}
 	for p := range files {
 		before[p] = hashFile(t, filepath.Join(ws, p))
 	}
-	r := sh(t, opts{}, []string{"--workspace", ws}, protectScript)
+	r := sh(t, o, []string{"--workspace", ws}, protectScript)
 	mustOK(t, r, "probe")
-	m := kv(r.stdout)
-	for _, k := range []string{"hook", "hook_chmod", "config", "config_rm", "bashrc", "vscode", "mcp", "claude", "mvgit", "mvhooks", "lnhooks", "envrc", "workflows"} {
-		expect(t, m, k, "DENIED")
-	}
-	for _, k := range []string{"ctl_src", "ctl_objects", "ctl_new"} {
-		expect(t, m, k, "OK")
-	}
-	checkHostWorkspace(t, ws, before)
+	checkProtection(t, r, ws, before, []string{"hook", "hook_chmod", "config", "config_rm", "bashrc", "mvgit", "mvhooks", "lnhooks"},
+		[]string{"vscode", "mcp", "claude", "envrc", "workflows"})
 	if b, _ := os.ReadFile(filepath.Join(ws, "src/main.py")); string(b) != "print(2)\n" {
 		t.Errorf("control: src/main.py on the host = %q", b)
 	}
 	if _, err := os.Stat(filepath.Join(ws, ".git/objects/x")); err != nil {
 		t.Errorf("control: .git/objects/x not on the host: %v", err)
 	}
+}
+
+// checkProtection checks the probe's results: existing protected paths
+// refused, missing ones refused (live) or kept aside and reported
+// (overlay), the controls written, and the host workspace as it was.
+func checkProtection(t *testing.T, r result, ws string, before map[string]string, existing, missing []string) {
+	t.Helper()
+	m := kv(r.stdout)
+	for _, k := range existing {
+		expect(t, m, k, "DENIED")
+	}
+	for _, k := range missing {
+		if liveWorkspace() {
+			expect(t, m, k, "DENIED")
+		} else {
+			expect(t, m, k, "OK")
+		}
+	}
+	if !liveWorkspace() {
+		for _, p := range []string{".vscode", ".mcp.json", ".claude", ".envrc", ".github/workflows"} {
+			if !strings.Contains(r.stderr, p) {
+				t.Errorf("%s not reported as kept aside\n%s", p, r)
+			}
+		}
+	}
+	for _, k := range []string{"ctl_src", "ctl_objects", "ctl_new"} {
+		expect(t, m, k, "OK")
+	}
+	checkHostWorkspace(t, ws, before)
 }
 
 // checkHostWorkspace checks that protected files are unchanged and that no
@@ -103,30 +135,46 @@ func checkHostWorkspace(t *testing.T, ws string, before map[string]string) {
 }
 
 // Protection without a pre-existing .git and with --unprotect (positive
-// control: an unprotected path is writable).
+// control: an unprotected path reaches the host).
 func TestUnprotect(t *testing.T) {
 	need(t)
+	o := opts{}
+	changesEnv(t, &o)
 	ws := t.TempDir()
-	r := sh(t, opts{}, []string{"--workspace", ws}, `mkdir -p .vscode 2>/dev/null; echo '{}' > .vscode/settings.json 2>/dev/null && echo vscode=OK || echo vscode=DENIED
+	r := sh(t, o, []string{"--workspace", ws}, `ls -A | sed 's/^/entry=/'
+mkdir -p .vscode 2>/dev/null; echo '{}' > .vscode/settings.json 2>/dev/null && echo vscode=OK || echo vscode=DENIED
 mkdir -p .git/hooks 2>/dev/null; echo x > .git/hooks/post-checkout 2>/dev/null && echo hooks=OK || echo hooks=DENIED`)
 	m := kv(r.stdout)
-	expect(t, m, "vscode", "DENIED")
-	expect(t, m, "hooks", "DENIED")
+	if liveWorkspace() {
+		expect(t, m, "vscode", "DENIED")
+		expect(t, m, "hooks", "DENIED")
+	} else {
+		// Absent inside: nothing listed, written in the overlay, kept
+		// aside at the end and reported.
+		if e, ok := m["entry"]; ok {
+			t.Errorf("an empty workspace lists %q inside", e)
+		}
+		expect(t, m, "vscode", "OK")
+		expect(t, m, "hooks", "OK")
+		if !strings.Contains(r.stderr, "kept aside") || !strings.Contains(r.stderr, ".vscode") || !strings.Contains(r.stderr, ".git/hooks") {
+			t.Errorf("kept paths not reported\n%s", r)
+		}
+	}
 	entries, _ := os.ReadDir(ws)
 	if len(entries) != 0 {
 		var names []string
 		for _, e := range entries {
 			names = append(names, e.Name())
 		}
-		t.Errorf("placeholders left in an empty workspace: %s", strings.Join(names, ", "))
+		t.Errorf("left in an empty workspace: %s", strings.Join(names, ", "))
 	}
-	r = sh(t, opts{}, []string{"--workspace", ws, "--unprotect", ".vscode"}, `mkdir -p .vscode && echo '{}' > .vscode/settings.json && echo vscode=OK || echo vscode=DENIED`)
+	r = sh(t, o, []string{"--workspace", ws, "--unprotect", ".vscode"}, `mkdir -p .vscode && echo '{}' > .vscode/settings.json && echo vscode=OK || echo vscode=DENIED`)
 	expect(t, kv(r.stdout), "vscode", "OK")
 	if b, err := os.ReadFile(filepath.Join(ws, ".vscode/settings.json")); err != nil || string(b) != "{}\n" {
 		t.Errorf("control: .vscode/settings.json on the host: %q, %v", b, err)
 	}
 	// --protect adds a path.
 	os.MkdirAll(filepath.Join(ws, "secrets"), 0o755)
-	r = sh(t, opts{}, []string{"--workspace", ws, "--protect", "secrets"}, `echo x > secrets/k 2>/dev/null && echo secrets=OK || echo secrets=DENIED`)
+	r = sh(t, o, []string{"--workspace", ws, "--protect", "secrets"}, `echo x > secrets/k 2>/dev/null && echo secrets=OK || echo secrets=DENIED`)
 	expect(t, kv(r.stdout), "secrets", "DENIED")
 }

@@ -160,7 +160,7 @@ for _ in range(1200):
         break
     time.sleep(0.05)
 `
-			args := append([]string{"run", "--workspace", ws}, c.flags...)
+			args := append([]string{"run", "--workspace-mode", "live", "--workspace", ws}, c.flags...)
 			a := start(t, opts{timeout: 90 * time.Second}, append(args, "--", "/usr/bin/python3", "-c", script)...)
 			a.stdout.waitFor(t, regexp.MustCompile(`^READY$`), 60*time.Second)
 			m := kv(a.stdout.String())
@@ -228,7 +228,9 @@ func readIntFile(t *testing.T, path string) int {
 }
 
 // holdScript prints its id maps and READY, then waits for
-// /workspace/release.
+// /workspace/release. The host creates that file while the sandbox runs,
+// so the runs that use it take the workspace live: an overlay workspace
+// does not promise to show host changes made during the run.
 const holdScript = `cat /proc/self/uid_map /proc/self/gid_map; echo READY
 i=0; while [ ! -e /workspace/release ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done`
 
@@ -308,9 +310,9 @@ func TestSandboxHostIDRanges(t *testing.T) {
 	}
 	wsRoot := t.TempDir()
 
-	a := start(t, opts{}, "run", "--workspace", wsUser, "--rw", data, "--", "/bin/sh", "-c",
+	a := start(t, opts{}, "run", "--workspace-mode", "live", "--workspace", wsUser, "--rw", data, "--", "/bin/sh", "-c",
 		`stat -c ws=%u:%g /workspace; stat -c data=%u:%g `+data+`; touch /workspace/a `+data+`/b; `+holdScript)
-	b := start(t, opts{}, "run", "--workspace", wsRoot, "--", "/bin/sh", "-c", `touch /workspace/c; `+holdScript)
+	b := start(t, opts{}, "run", "--workspace-mode", "live", "--workspace", wsRoot, "--", "/bin/sh", "-c", `touch /workspace/c; `+holdScript)
 	a.stdout.waitFor(t, regexp.MustCompile(`^READY$`), 60*time.Second)
 	b.stdout.waitFor(t, regexp.MustCompile(`^READY$`), 60*time.Second)
 	ha, hb := sandboxInit(t, a), sandboxInit(t, b)
@@ -373,7 +375,7 @@ func TestUIDPoolFlag(t *testing.T) {
 	const start1 = 0x60000000
 	pool := fmt.Sprintf("%d:65536", start1)
 	ws := t.TempDir()
-	a := start(t, opts{}, "run", "-v", "--uid-pool", pool, "--workspace", ws, "--", "/bin/sh", "-c", holdScript)
+	a := start(t, opts{}, "run", "-v", "--uid-pool", pool, "--workspace-mode", "live", "--workspace", ws, "--", "/bin/sh", "-c", holdScript)
 	a.stdout.waitFor(t, regexp.MustCompile(`^READY$`), 60*time.Second)
 	if h := sandboxInit(t, a); h.uid != start1 || h.gid != start1 {
 		t.Errorf("sandbox runs as %d/%d, want the pool's only range %d", h.uid, h.gid, start1)

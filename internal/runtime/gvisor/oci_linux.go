@@ -33,6 +33,9 @@ func unsupported(spec *runtime.Spec) error {
 	if !spec.Insecure.NoSeccomp && len(spec.Seccomp) == 0 {
 		return errors.New("seccomp: no filter in the spec (fix: compile the default profile, or pass --insecure-no-seccomp)")
 	}
+	if spec.WorkspaceLayer != "" {
+		return fmt.Errorf("workspace overlay (changes applied when the command ends): %w on gvisor; pass --workspace-mode live", ErrUnsupported)
+	}
 	if os.Geteuid() != 0 && !spec.Insecure.NoCgroups {
 		return fmt.Errorf("cgroups without root: %w; run as root or pass --insecure-no-cgroups", ErrUnsupported)
 	}

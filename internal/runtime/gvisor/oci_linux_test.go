@@ -128,6 +128,11 @@ func TestUnsupported(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The overlay workspace is native only: refused, naming live mode.
+	err := unsupported(&runtime.Spec{Seccomp: []runtime.SockFilter{{}}, Insecure: runtime.Insecure{NoCgroups: true}, Workspace: "/w", WorkspaceLayer: "/l"})
+	if !errors.Is(err, ErrUnsupported) || !contains(err.Error(), "--workspace-mode live") {
+		t.Errorf("an overlay workspace: %v", err)
+	}
 }
 
 // Find names the install command when runsc is missing.

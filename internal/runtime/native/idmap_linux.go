@@ -23,7 +23,11 @@ import (
 // appears as root, and what the sandbox creates there belongs to that
 // owner. So no writable host path ever gets a file owned by one of the
 // sandbox's own ids, which could outlive the sandbox's lease on them.
-func idmappedMounts(pid int, image, etc, workspace string, binds []bindMount, owners map[owner]*os.File) ([]*os.File, []string, error) {
+//
+// With layer (an overlay workspace), the workspace is attached read-only
+// (the overlay's lower layer) and layer, owned by the workspace's owner,
+// read-write as "workspace-layer" (its upper and work directories).
+func idmappedMounts(pid int, image, etc, workspace, layer string, binds []bindMount, owners map[owner]*os.File) ([]*os.File, []string, error) {
 	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
 	if err != nil {
 		return nil, nil, err
@@ -79,8 +83,13 @@ func idmappedMounts(pid int, image, etc, workspace string, binds []bindMount, ow
 		}
 	}
 	if workspace != "" { // empty: a tmpfs the init mounts
-		if err := add(workspace, "workspace", false, true); err != nil {
+		if err := add(workspace, "workspace", layer != "", true); err != nil {
 			return fail(err)
+		}
+		if layer != "" {
+			if err := add(layer, "workspace-layer", false, true); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	for i, b := range binds {

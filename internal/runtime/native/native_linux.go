@@ -210,6 +210,14 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		}
 	}
 	sb.workspace = ws
+	if spec.WorkspaceLayer != "" && !sb.tempWorkspace {
+		for _, d := range []string{"upper", "work"} {
+			fi, err := os.Lstat(filepath.Join(spec.WorkspaceLayer, d))
+			if err != nil || !fi.IsDir() {
+				return nil, &LayerError{Layer: layerWorkspace, Err: fmt.Errorf("layer directory %s: no %s directory", spec.WorkspaceLayer, d), Fix: fixFor(layerWorkspace)}
+			}
+		}
+	}
 	uid, gid, ids := os.Getuid(), os.Getgid(), 1
 	if lease != nil {
 		uid, gid, ids = lease.UID, lease.GID, uidpool.SlotSize
@@ -385,6 +393,9 @@ func (sb *sandbox) buildSetup(spec *runtime.Spec, root string, pid int, owners *
 		Listen: spec.Listen, WorkspaceTmpfs: sb.tempWorkspace && sb.workspace == "",
 	}
 	if !sb.tempWorkspace {
+		st.WorkspaceLayer = spec.WorkspaceLayer
+	}
+	if !sb.tempWorkspace {
 		st.Protected = spec.Protected
 	}
 	var err error
@@ -404,7 +415,7 @@ func (sb *sandbox) buildSetup(spec *runtime.Spec, root string, pid int, owners *
 	if err != nil {
 		return nil, nil, &LayerError{Layer: layerFilesystem, Err: err, Fix: "idmapped mounts of paths not owned by root need ptrace (kernel.yama.ptrace_scope below 3)"}
 	}
-	fds, names, err := idmappedMounts(pid, spec.Image, st.Etc, sb.workspace, st.Mounts, ns)
+	fds, names, err := idmappedMounts(pid, spec.Image, st.Etc, sb.workspace, st.WorkspaceLayer, st.Mounts, ns)
 	if err != nil {
 		return nil, nil, &LayerError{Layer: layerFilesystem, Err: err, Fix: "idmapped mounts need Linux >= 5.19 and a filesystem that supports them"}
 	}
@@ -592,6 +603,8 @@ func fixFor(layer string) string {
 		return "the kernel needs CONFIG_SECCOMP_FILTER; or pass --insecure-no-seccomp"
 	case layerFilesystem:
 		return "check the image, workspace and bind paths"
+	case layerWorkspace:
+		return "the overlay needs a kernel that mounts overlayfs in a user namespace (5.11+, idmapped layers 5.19+) and an upper layer on a filesystem with user extended attributes; or pass --workspace-mode live"
 	case layerDisk:
 		return "lower the sandbox's disk size, remove sandboxes or free space on the volume directory's filesystem; see airlock doctor"
 	}

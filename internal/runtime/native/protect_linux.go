@@ -22,7 +22,10 @@ import (
 // protected path is pinned (bind-mounted onto itself): a mount point cannot
 // be renamed or removed, so the sandbox cannot move `.git` aside and plant a
 // fresh `.git/hooks`. It returns the placeholders it created, relative to ws.
-func protect(ws string, paths []string) ([]string, error) {
+//
+// Without placeholders (an overlay workspace, whose upper layer apply
+// checks instead), a path that does not exist is left absent.
+func protect(ws string, paths []string, placeholders bool) ([]string, error) {
 	var created []string
 	pinned := map[string]bool{}
 	readOnly := map[string]bool{}
@@ -41,6 +44,9 @@ func protect(ws string, paths []string) ([]string, error) {
 			}
 			fi, err := os.Lstat(next)
 			if errors.Is(err, fs.ErrNotExist) {
+				if !placeholders {
+					break
+				}
 				if err := os.Mkdir(next, 0o755); err != nil {
 					return created, fmt.Errorf("protect %s: %w", rel, err)
 				}

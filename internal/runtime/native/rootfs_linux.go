@@ -62,6 +62,10 @@ func buildRoot(s *setup, idmapped map[string]*os.File, step func(string)) ([]str
 		if err := mount("workspace", ws, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpfsOptions(s.Disk, 0o755)); err != nil {
 			return nil, fmt.Errorf("workspace: %w", err)
 		}
+	} else if s.WorkspaceLayer != "" {
+		if err := workspaceOverlay(s, layers, ws, idmapped); err != nil {
+			return nil, inLayer(layerWorkspace, err)
+		}
 	} else if f := idmapped["workspace"]; f != nil {
 		if err := moveMount(f, ws); err != nil {
 			return nil, fmt.Errorf("workspace %s: %w", s.Workspace, err)
@@ -73,7 +77,7 @@ func buildRoot(s *setup, idmapped map[string]*os.File, step func(string)) ([]str
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	step("mounts.workspace")
-	placeholders, err := protect(ws, s.Protected)
+	placeholders, err := protect(ws, s.Protected, s.WorkspaceLayer == "")
 	if err != nil {
 		return placeholders, err
 	}
@@ -105,6 +109,45 @@ func buildRoot(s *setup, idmapped map[string]*os.File, step func(string)) ([]str
 		return placeholders, err
 	}
 	return placeholders, pivot(newRoot)
+}
+
+// workspaceOverlay mounts the workspace at ws as an overlay: the host
+// directory (attached read-only) below, the run's layer directory's upper
+// and work above. Both are named relative to layers, so the mount table
+// shows no host path.
+func workspaceOverlay(s *setup, layers, ws string, idmapped map[string]*os.File) error {
+	lower, err := lowerDir(s.Workspace, "workspace", layers, idmapped)
+	if err != nil {
+		return fmt.Errorf("lower layer %s: %w", s.Workspace, err)
+	}
+	if idmapped["workspace"] == nil {
+		// Rootless: a plain bind, made read-only here.
+		if err := remount(filepath.Join(layers, lower), unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+			return fmt.Errorf("lower layer %s: %w", s.Workspace, err)
+		}
+	}
+	dst := filepath.Join(layers, "changes")
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		return err
+	}
+	if f := idmapped["workspace-layer"]; f != nil {
+		if err := moveMount(f, dst); err != nil {
+			return fmt.Errorf("upper layer: %w", err)
+		}
+	} else if err := mount(s.WorkspaceLayer, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("upper layer: %w", err)
+	}
+	if err := unix.Chdir(layers); err != nil {
+		return fmt.Errorf("chdir %s: %w", layers, err)
+	}
+	// userxattr: mounted in a user namespace (whiteouts, opaque
+	// directories as user.overlay.*); no redirects or metacopy, so that
+	// every change in the upper layer is whole and applies by itself.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=changes/upper,workdir=changes/work,userxattr", lower)
+	if err := mount("workspace", ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("upper layer: %w", err)
+	}
+	return nil
 }
 
 // hostRoot lays the host's system directories into newRoot, each under its

@@ -12,6 +12,11 @@ type setup struct {
 	// used when Image is empty.
 	Etc       string `json:"etc,omitempty"`
 	Workspace string `json:"workspace"`
+	// WorkspaceLayer: the workspace is an overlay with Workspace as its
+	// read-only lower layer and this directory's upper/ and work/ (see
+	// runtime.Spec.WorkspaceLayer). Attached idmapped as
+	// "workspace-layer" by a root supervisor.
+	WorkspaceLayer string `json:"workspace_layer,omitempty"`
 	// Protect the workspace paths listed (relative) by mounting them
 	// read-only, creating placeholders for paths that do not exist.
 	Protected []string `json:"protected,omitempty"`
@@ -64,6 +69,7 @@ type bindMount struct {
 const (
 	layerNamespaces = "namespaces"
 	layerFilesystem = "filesystem"
+	layerWorkspace  = "workspace overlay"
 	layerDisk       = "disk quota"
 	layerCgroups    = "cgroups"
 	layerRlimits    = "rlimits"

@@ -17,3 +17,8 @@ func NewID() string { return newID() }
 
 // IsID reports whether id is a valid sandbox id.
 func IsID(id string) bool { return isID(id) }
+
+// Sweep clears what dead supervisors left under stateRoot (their
+// sandboxes' state, cgroups), as the next Create would: for a command that
+// must know a killed run's sandbox is gone (airlock review apply).
+func Sweep(stateRoot string) { sweep(stateRoot, nil) }

@@ -1,0 +1,464 @@
+package main
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/runtime/native"
+	"github.com/airlock-dev/airlock/internal/workspace"
+)
+
+// newRunID returns 16 random hex digits: the id of the sandbox and of its
+// workspace run.
+func newRunID() string {
+	var b [8]byte
+	if _, err := unix.Getrandom(b[:], 0); err != nil {
+		binaryTime := uint64(time.Now().UnixNano())
+		for i := range b {
+			b[i] = byte(binaryTime >> (8 * i))
+		}
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// notePending names the runs an earlier airlock left with changes that
+// were never applied (it was killed, or --review left them pending).
+func notePending(w io.Writer) {
+	for _, l := range workspace.PendingRuns() {
+		fmt.Fprintf(w, "airlock: run %s left changes to %s that were not applied: airlock review apply %s (or discard %s)\n", l.ID, quoteName(l.Workspace), l.ID, l.ID)
+	}
+}
+
+// finishRun applies a run's changes to the workspace once its sandbox is
+// gone and reports them. The command's own status stays the exit status,
+// except that a command that succeeded but whose changes could not all be
+// applied makes airlock exit 125.
+func finishRun(w io.Writer, run *workspace.Run, cmdErr error, f *runFlags, ask *askTTY) error {
+	defer run.Close()
+	verbose := f.verbose
+	code := 0
+	var ee exitError
+	if errors.As(cmdErr, &ee) {
+		code = ee.code
+	} else if cmdErr != nil {
+		code = 1
+	}
+	if f.review {
+		changes, err := run.Changes(true)
+		if err != nil {
+			fmt.Fprintf(w, "airlock: review: %v\n", err)
+		}
+		printChanges(w, run, changes)
+		decision := ""
+		switch {
+		case f.reviewApply:
+			decision = "apply"
+		case f.reviewDiscard:
+			decision = "discard"
+		case len(changes) == 0 && err == nil:
+			decision = "discard" // nothing to decide
+		case ask != nil:
+			decision = ask.ask(w, fmt.Sprintf("airlock: apply these changes to %s? [y/N] ", quoteName(run.Workspace)))
+		}
+		switch decision {
+		case "discard":
+			if err := run.Discard(); err != nil {
+				fmt.Fprintf(w, "airlock: discard: %v\n", err)
+			} else if len(changes) > 0 {
+				fmt.Fprintf(w, "airlock: changes discarded; %s is as the host left it\n", quoteName(run.Workspace))
+			}
+			return cmdErr
+		case "apply":
+		default:
+			fmt.Fprintf(w, "airlock: changes kept pending in %s:\n  airlock review diff %s\n  airlock review apply %s\n  airlock review discard %s\n", run.Dir, run.ID, run.ID, run.ID)
+			return cmdErr
+		}
+	}
+	t0 := time.Now()
+	rep, err := run.Apply()
+	if err == nil && len(rep.Errors) == 0 {
+		err = run.Finish(rep)
+	}
+	printReport(w, run, rep, verbose)
+	if verbose {
+		fmt.Fprintf(w, "airlock: workspace changes applied in %.2fms\n", float64(time.Since(t0))/1e6)
+	}
+	if err != nil || (rep != nil && len(rep.Errors) > 0) {
+		if err != nil {
+			fmt.Fprintf(w, "airlock: workspace changes not applied: %v\n", err)
+		}
+		fmt.Fprintf(w, "airlock: the rest of the changes are kept in %s; retry with: airlock review apply %s (or airlock review discard %s)\n", run.Dir, run.ID, run.ID)
+		if code == 0 {
+			return exitError{exitSetup}
+		}
+	}
+	return cmdErr
+}
+
+// printReport says what landed on the host and what did not.
+func printReport(w io.Writer, run *workspace.Run, rep *workspace.Report, verbose bool) {
+	if rep == nil {
+		return
+	}
+	if verbose || len(rep.Kept)+len(rep.Conflicts)+len(rep.Errors) > 0 {
+		fmt.Fprintf(w, "airlock: workspace %s: %d changed, %d deleted\n", quoteName(run.Workspace), len(rep.Applied), len(rep.Deleted))
+	}
+	if len(rep.Kept) > 0 {
+		fmt.Fprintf(w, "airlock: kept aside, not applied (protected paths): %s\nairlock:   the sandbox's versions are in %s\n", nameList(rep.Kept), run.Kept())
+	}
+	if len(rep.Conflicts) > 0 {
+		fmt.Fprintf(w, "airlock: conflicts, changed on the host during the run (the host's version stays): %s\nairlock:   the sandbox's versions are in %s\n", nameList(rep.Conflicts), run.Conflicts())
+	}
+	for i, e := range rep.Errors {
+		if i == 20 {
+			fmt.Fprintf(w, "airlock: ... and %d more errors\n", len(rep.Errors)-20)
+			break
+		}
+		fmt.Fprintf(w, "airlock: not applied: %s\n", quoteName(e))
+	}
+}
+
+// nameList joins up to 20 names, each escaped if the sandbox chose odd
+// bytes for it.
+func nameList(names []string) string {
+	var out []string
+	for i, n := range names {
+		if i == 20 {
+			out = append(out, fmt.Sprintf("... and %d more", len(names)-20))
+			break
+		}
+		out = append(out, quoteName(n))
+	}
+	return strings.Join(out, ", ")
+}
+
+// quoteName prints a name as it is when it is plain, else Go-quoted.
+func quoteName(s string) string {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == '"' || r == '\\' || r == 0xfffd {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// printChanges lists a run's changes and the diffs of its text files;
+// names and diff lines are escaped (the sandbox chose them).
+func printChanges(w io.Writer, run *workspace.Run, changes []workspace.Change) {
+	if len(changes) == 0 {
+		fmt.Fprintf(w, "airlock: no changes to %s\n", quoteName(run.Workspace))
+		return
+	}
+	fmt.Fprintf(w, "airlock: changes to %s (run %s):\n", quoteName(run.Workspace), run.ID)
+	for _, c := range changes {
+		fmt.Fprintf(w, "  %s\n", describeChange(c))
+	}
+	for _, c := range changes {
+		if c.Diff != "" {
+			for _, line := range strings.SplitAfter(c.Diff, "\n") {
+				if line != "" {
+					fmt.Fprintf(w, "%s\n", escapeLine(strings.TrimSuffix(line, "\n")))
+				}
+			}
+		}
+	}
+}
+
+func describeChange(c workspace.Change) string {
+	p := quoteName(c.Path)
+	switch c.Kind {
+	case "added":
+		switch c.Type {
+		case "symlink":
+			return fmt.Sprintf("added     %s -> %s", p, quoteName(c.NewTarget))
+		case "dir":
+			return fmt.Sprintf("added     %s", p)
+		}
+		return fmt.Sprintf("added     %s (%s, %d bytes)", p, c.NewMode, c.Size)
+	case "modified":
+		s := fmt.Sprintf("modified  %s (%d -> %d bytes)", p, c.OldSize, c.Size)
+		if c.OldMode != c.NewMode {
+			s += fmt.Sprintf(", %s -> %s", c.OldMode, c.NewMode)
+		}
+		if c.Binary {
+			s += ", binary or large"
+		}
+		return s
+	case "mode":
+		return fmt.Sprintf("mode      %s %s -> %s", p, c.OldMode, c.NewMode)
+	case "deleted":
+		return fmt.Sprintf("deleted   %s", p)
+	case "symlink":
+		return fmt.Sprintf("symlink   %s: %s -> %s", p, quoteName(c.OldTarget), quoteName(c.NewTarget))
+	case "type":
+		return fmt.Sprintf("type      %s (now a %s)", p, c.Type)
+	case "kept":
+		return fmt.Sprintf("kept      %s (protected: never applied)", p)
+	}
+	return fmt.Sprintf("%-9s %s", c.Kind, p)
+}
+
+// escapeLine makes a diff line safe for a terminal: control characters
+// (but tab) and invalid bytes are written as Go escapes.
+func escapeLine(s string) string {
+	clean := true
+	for _, r := range s {
+		if (r < 0x20 && r != '\t') || r == 0x7f || r == utf8.RuneError || (r >= 0x80 && r < 0xa0) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
+}
+
+// askTTY is the caller's terminal as airlock reads it at the end of a
+// --review run: a non-blocking duplicate of stdin that the command's input
+// is copied from, so that airlock can stop that copy and ask.
+type askTTY struct {
+	in      *os.File
+	fd      int
+	copying sync.WaitGroup
+}
+
+func newAskTTY() (*askTTY, error) {
+	fd, err := unix.FcntlInt(0, unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return &askTTY{in: os.NewFile(uintptr(fd), "stdin"), fd: fd}, nil
+}
+
+// ask stops the copy into the (finished) sandbox, asks, and returns
+// "apply", "discard" or "" (no answer: keep pending).
+func (a *askTTY) ask(w io.Writer, prompt string) string {
+	a.in.SetReadDeadline(time.Now())
+	done := make(chan struct{})
+	go func() { a.copying.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+	}
+	a.in.SetReadDeadline(time.Time{})
+	// ^C (or another end) at the question leaves the run pending.
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
+	defer signal.Stop(sigc)
+	fmt.Fprint(w, prompt)
+	answer := make(chan string, 1)
+	go func() {
+		var line []byte
+		buf := make([]byte, 1)
+		for len(line) < 256 {
+			n, err := a.in.Read(buf)
+			if n == 0 || err != nil || buf[0] == '\n' || buf[0] == '\r' {
+				break
+			}
+			line = append(line, buf[0])
+		}
+		answer <- string(line)
+	}()
+	var line string
+	select {
+	case line = <-answer:
+	case <-sigc:
+		a.in.SetReadDeadline(time.Now())
+	}
+	fmt.Fprintln(w)
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return "apply"
+	case "n", "no":
+		return "discard"
+	}
+	return ""
+}
+
+func (a *askTTY) close() {
+	unix.SetNonblock(a.fd, false)
+	a.in.Close()
+}
+
+func newReviewCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "review [apply|discard ID]",
+		Short: "List workspace runs whose changes are pending; apply or discard one",
+		Long: `airlock run --workspace DIR keeps the sandbox's writes in a copy-on-write
+layer and applies them when the command ends. A run whose changes were not
+applied (airlock was killed, or an apply failed) stays pending here:
+"airlock review" lists the runs, "airlock review apply ID" applies one
+(protected paths kept aside, files changed on the host too left as the host
+has them) and "airlock review discard ID" throws its changes away.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return reviewList(cmd.OutOrStdout(), cmd.ErrOrStderr(), asJSON)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the runs as JSON")
+	apply := &cobra.Command{
+		Use:   "apply ID",
+		Short: "Apply a pending run's changes to its workspace",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return reviewApply(cmd.ErrOrStderr(), args[0])
+		},
+	}
+	discard := &cobra.Command{
+		Use:   "discard ID",
+		Short: "Throw a run's changes away (and what it kept aside)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			stderr := cmd.ErrOrStderr()
+			run, err := workspace.Open(args[0])
+			if err != nil {
+				fmt.Fprintf(stderr, "airlock: %v\n", err)
+				return exitError{1}
+			}
+			if err := run.Discard(); err != nil {
+				fmt.Fprintf(stderr, "airlock: discard %s: %v\n", run.ID, err)
+				return exitError{1}
+			}
+			fmt.Fprintf(stderr, "airlock: run %s discarded; %s is as the host left it\n", run.ID, quoteName(run.Workspace))
+			return nil
+		},
+	}
+	var diffJSON bool
+	diff := &cobra.Command{
+		Use:   "diff ID",
+		Short: "Show a pending run's changes: a list and a unified diff of text files",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			stderr := cmd.ErrOrStderr()
+			run, err := workspace.Open(args[0])
+			if err != nil {
+				fmt.Fprintf(stderr, "airlock: %v\n", err)
+				return exitError{1}
+			}
+			defer run.Close()
+			if !run.Pending() {
+				fmt.Fprintf(stderr, "airlock: run %s has no pending changes (applied already)\n", run.ID)
+				return exitError{1}
+			}
+			changes, err := run.Changes(true)
+			if err != nil {
+				fmt.Fprintf(stderr, "airlock: %v\n", err)
+				return exitError{1}
+			}
+			if diffJSON {
+				if changes == nil {
+					changes = []workspace.Change{}
+				}
+				b, _ := json.MarshalIndent(changes, "", "  ")
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\n", b)
+				return nil
+			}
+			printChanges(cmd.OutOrStdout(), run, changes)
+			return nil
+		},
+	}
+	diff.Flags().BoolVar(&diffJSON, "json", false, "print the changes as JSON")
+	cmd.AddCommand(apply, discard, diff)
+	return cmd
+}
+
+func reviewList(stdout, stderr io.Writer, asJSON bool) error {
+	runs, err := workspace.List()
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+		return exitError{1}
+	}
+	if asJSON {
+		if runs == nil {
+			runs = []workspace.Listed{}
+		}
+		b, _ := json.MarshalIndent(runs, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+		return nil
+	}
+	if len(runs) == 0 {
+		fmt.Fprintln(stderr, "airlock: no runs with pending or kept changes")
+		return nil
+	}
+	fmt.Fprintf(stdout, "%-16s  %-8s  %-20s  %s\n", "ID", "STATE", "STARTED", "WORKSPACE")
+	for _, l := range runs {
+		state := "applied"
+		switch {
+		case l.Busy:
+			state = "running"
+		case l.Pending:
+			state = "pending"
+		}
+		extra := ""
+		if l.Kept > 0 || l.Conflicts > 0 {
+			extra = fmt.Sprintf("  (kept %d, conflicts %d: %s)", l.Kept, l.Conflicts, l.Dir)
+		}
+		fmt.Fprintf(stdout, "%-16s  %-8s  %-20s  %s%s\n", l.ID, state, l.Started.Local().Format("2006-01-02 15:04:05"), quoteName(l.Workspace), extra)
+	}
+	return nil
+}
+
+func reviewApply(stderr io.Writer, id string) error {
+	run, err := workspace.Open(id)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+		return exitError{1}
+	}
+	defer run.Close()
+	if !run.Pending() {
+		fmt.Fprintf(stderr, "airlock: run %s has no pending changes (applied already); kept and conflicting files, if any, are in %s\n", run.ID, run.Dir)
+		return exitError{1}
+	}
+	// The sandbox of a killed airlock is ended by its reaper; apply only
+	// once nothing of it can still write to the upper layer.
+	native.Sweep(native.DefaultStateRoot())
+	state := filepath.Join(native.DefaultStateRoot(), run.ID)
+	for i := 0; i < 100; i++ {
+		if _, err := os.Lstat(state); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if i == 99 {
+			fmt.Fprintf(stderr, "airlock: the sandbox of run %s still exists (%s); try again once it is gone\n", run.ID, state)
+			return exitError{1}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rep, err := run.Apply()
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+		return exitError{1}
+	}
+	if len(rep.Errors) == 0 {
+		err = run.Finish(rep)
+	}
+	printReport(stderr, run, rep, true)
+	if err != nil || len(rep.Errors) > 0 {
+		if err != nil {
+			fmt.Fprintf(stderr, "airlock: %v\n", err)
+		}
+		fmt.Fprintf(stderr, "airlock: not every change was applied; the rest stay in %s (retry: airlock review apply %s)\n", run.Dir, run.ID)
+		return exitError{1}
+	}
+	return nil
+}

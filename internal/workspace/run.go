@@ -1,0 +1,398 @@
+// Package workspace keeps what a sandbox wrote to a caller's workspace
+// aside until the command ends, and then applies it to the host directory.
+//
+// `airlock run --workspace DIR` mounts an overlay at /workspace: the lower
+// layer is DIR (read-only), the upper layer is a directory of a run, here.
+// When the command ends, Apply walks the upper layer and brings each change
+// to DIR, one name at a time relative to an open directory, never following
+// a host symlink. Changes at protected paths (.git/hooks, .bashrc, ...) are
+// kept aside in the run's kept/ directory and reported, never applied; a
+// file that also changed on the host since the run started keeps the host's
+// version, the sandbox's goes to conflicts/. A run whose supervisor died
+// stays pending until `airlock review apply|discard ID`.
+package workspace
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Meta is what a run records about itself (meta.json).
+type Meta struct {
+	ID        string   `json:"id"`
+	Workspace string   `json:"workspace"`
+	Protected []string `json:"protected,omitempty"`
+	Command   []string `json:"command,omitempty"`
+	// UID and GID own the workspace: new entries land owned by them.
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+	// Dev and Ino identify the workspace directory: apply refuses a
+	// different directory at the same path.
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
+	// Started is when the run began; StartNS the change time (ns) of the
+	// run's marker, made when it began: a host entry whose change time is
+	// later was changed on the host during the run.
+	Started time.Time `json:"started"`
+	StartNS int64     `json:"start_ns"`
+	PID     int       `json:"pid"`
+	// Review: the run was made with --review (nothing applied at the end).
+	Review bool `json:"review,omitempty"`
+	// Applied: the changes were applied; what is left is kept/ and
+	// conflicts/ for the user to look at.
+	Applied bool `json:"applied,omitempty"`
+}
+
+// Run is one run's directory: meta.json, lock, layer/{upper,work}, kept/,
+// conflicts/.
+type Run struct {
+	Meta
+	Dir  string
+	lock *os.File
+}
+
+// Root is the directory that holds runs: $AIRLOCK_CHANGES_DIR, else
+// /var/lib/airlock/changes as root, else $XDG_STATE_HOME/airlock/changes,
+// else ~/.local/state/airlock/changes, else (no usable home, as for
+// nobody) <tmp>/airlock-<uid>-changes. It is made if missing and must be
+// a directory owned by the caller that nobody else can write.
+func Root() (string, error) {
+	root := RootPath()
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return "", fmt.Errorf("changes directory: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(root, &st); err != nil {
+		return "", fmt.Errorf("changes directory: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		return "", fmt.Errorf("changes directory %s must be a directory owned by uid %d and writable only by it; remove it or set AIRLOCK_CHANGES_DIR", root, os.Geteuid())
+	}
+	return root, nil
+}
+
+// RootPath is Root's path, without making or checking it.
+func RootPath() string {
+	if d := os.Getenv("AIRLOCK_CHANGES_DIR"); d != "" {
+		return d
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/airlock/changes"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "airlock", "changes")
+	}
+	if h := os.Getenv("HOME"); h != "" {
+		if fi, err := os.Stat(h); err == nil && fi.IsDir() && unix.Access(h, unix.W_OK) == nil {
+			return filepath.Join(h, ".local", "state", "airlock", "changes")
+		}
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("airlock-%d-changes", os.Geteuid()))
+}
+
+// ErrBusy: the run is still held by the airlock that made it.
+var ErrBusy = errors.New("the run is still in progress")
+
+// Create makes a run for workspace ws (an absolute path): the layer
+// directory with upper/ and work/ owned by the workspace's owner (so that
+// an idmapped attachment makes it root's inside) and the upper's root
+// carrying the workspace's own mode. The run is locked until Close.
+func Create(id, ws string, protected, argv []string) (_ *Run, retErr error) {
+	if !isID(id) {
+		return nil, fmt.Errorf("run id %q: want 16 lowercase hex digits", id)
+	}
+	root, err := Root()
+	if err != nil {
+		return nil, err
+	}
+	var wst unix.Stat_t
+	if err := unix.Stat(ws, &wst); err != nil {
+		return nil, fmt.Errorf("workspace %s: %w", ws, err)
+	}
+	if wst.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, fmt.Errorf("workspace %s: not a directory", ws)
+	}
+	dir := filepath.Join(root, id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("changes directory: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			removeAll(dir)
+		}
+	}()
+	r := &Run{Dir: dir}
+	if err := r.lockNB(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			r.Close()
+		}
+	}()
+	layer := filepath.Join(dir, "layer")
+	for _, d := range []string{layer, filepath.Join(layer, "upper"), filepath.Join(layer, "work")} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return nil, fmt.Errorf("changes directory: %w", err)
+		}
+		if os.Geteuid() == 0 {
+			if err := os.Lchown(d, int(wst.Uid), int(wst.Gid)); err != nil {
+				return nil, fmt.Errorf("changes directory: %w", err)
+			}
+		}
+	}
+	// The upper's root is the merged root: it shows its mode inside.
+	if err := os.Chmod(filepath.Join(layer, "upper"), os.FileMode(wst.Mode&0o7777)); err != nil {
+		return nil, err
+	}
+	marker := filepath.Join(dir, "started")
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		return nil, err
+	}
+	var mst unix.Stat_t
+	if err := unix.Stat(marker, &mst); err != nil {
+		return nil, err
+	}
+	r.Meta = Meta{
+		ID: id, Workspace: ws, Protected: protected, Command: argv,
+		UID: int(wst.Uid), GID: int(wst.Gid), Dev: uint64(wst.Dev), Ino: wst.Ino,
+		Started: time.Now().UTC(), StartNS: mst.Ctim.Nano(), PID: os.Getpid(),
+	}
+	if err := r.save(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Layer is the host directory with the overlay's upper/ and work/.
+func (r *Run) Layer() string { return filepath.Join(r.Dir, "layer") }
+
+// Upper is the overlay's upper layer.
+func (r *Run) Upper() string { return filepath.Join(r.Dir, "layer", "upper") }
+
+// Kept is where changes at protected paths are kept aside.
+func (r *Run) Kept() string { return filepath.Join(r.Dir, "kept") }
+
+// Conflicts is where the sandbox's version of files that also changed on
+// the host are kept.
+func (r *Run) Conflicts() string { return filepath.Join(r.Dir, "conflicts") }
+
+// Pending reports whether the run has changes that were neither applied
+// nor discarded.
+func (r *Run) Pending() bool {
+	if r.Applied {
+		return false
+	}
+	_, err := os.Lstat(r.Upper())
+	return err == nil
+}
+
+// Open opens the run id, locked for the caller (ErrBusy while the airlock
+// that made it still holds it).
+func Open(id string) (*Run, error) {
+	if !isID(id) {
+		return nil, fmt.Errorf("run id %q: want 16 lowercase hex digits (see airlock review)", id)
+	}
+	root, err := Root()
+	if err != nil {
+		return nil, err
+	}
+	r, err := load(filepath.Join(root, id))
+	if err != nil {
+		return nil, err
+	}
+	if err := r.lockNB(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// List returns every run under Root, oldest first; Busy marks those still
+// held by their airlock.
+func List() ([]Listed, error) {
+	root, err := Root()
+	if err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, err
+	}
+	var out []Listed
+	for _, e := range entries {
+		if !isID(e.Name()) {
+			continue
+		}
+		r, err := load(filepath.Join(root, e.Name()))
+		if err != nil {
+			continue
+		}
+		l := Listed{Meta: r.Meta, Dir: r.Dir, Pending: r.Pending()}
+		if err := r.lockNB(); errors.Is(err, ErrBusy) {
+			l.Busy = true
+		}
+		r.Close()
+		l.Kept = countFiles(r.Kept())
+		l.Conflicts = countFiles(r.Conflicts())
+		out = append(out, l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	return out, nil
+}
+
+// Listed is one run as List sees it.
+type Listed struct {
+	Meta
+	Dir       string `json:"dir"`
+	Pending   bool   `json:"pending"`
+	Busy      bool   `json:"running"`
+	Kept      int    `json:"kept"`
+	Conflicts int    `json:"conflicts"`
+}
+
+// PendingRuns lists the runs left pending by an airlock that is gone.
+func PendingRuns() []Listed {
+	all, err := List()
+	if err != nil {
+		return nil
+	}
+	var out []Listed
+	for _, l := range all {
+		if l.Pending && !l.Busy {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Discard removes the run: its changes, kept and conflicting files.
+func (r *Run) Discard() error {
+	defer r.Close()
+	return removeAll(r.Dir)
+}
+
+// Close releases the run's lock.
+func (r *Run) Close() {
+	if r.lock != nil {
+		r.lock.Close()
+		r.lock = nil
+	}
+}
+
+// Finish ends an applied run: its layer is removed, and so is the whole
+// run when nothing was kept aside.
+func (r *Run) Finish(rep *Report) error {
+	r.Applied = true
+	if err := r.save(); err != nil {
+		return err
+	}
+	if err := removeAll(r.Layer()); err != nil {
+		return err
+	}
+	if len(rep.Kept) == 0 && len(rep.Conflicts) == 0 {
+		r.Close()
+		return removeAll(r.Dir)
+	}
+	return nil
+}
+
+// SetReview records that the run waits for a review.
+func (r *Run) SetReview(v bool) error {
+	r.Review = v
+	return r.save()
+}
+
+func (r *Run) lockNB() error {
+	f, err := os.OpenFile(filepath.Join(r.Dir, "lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("run %s: %w", filepath.Base(r.Dir), err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("run %s: %w", filepath.Base(r.Dir), ErrBusy)
+		}
+		return err
+	}
+	r.lock = f
+	return nil
+}
+
+func (r *Run) save() error {
+	b, err := json.MarshalIndent(&r.Meta, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(r.Dir, "meta.json.tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(r.Dir, "meta.json"))
+}
+
+func load(dir string) (*Run, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no run %s (see airlock review)", filepath.Base(dir))
+	}
+	if err != nil {
+		return nil, err
+	}
+	r := &Run{Dir: dir}
+	if err := json.Unmarshal(b, &r.Meta); err != nil {
+		return nil, fmt.Errorf("run %s: %w", filepath.Base(dir), err)
+	}
+	return r, nil
+}
+
+func countFiles(dir string) int {
+	n := 0
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+// removeAll removes a tree that may hold directories without permissions
+// (the overlay's work/work is mode 0).
+func removeAll(dir string) error {
+	if err := os.RemoveAll(dir); err == nil {
+		return nil
+	}
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if d != nil && d.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
+
+func isID(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	_, err := strconv.ParseUint(s, 16, 64)
+	return err == nil && s == lower(s)
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
