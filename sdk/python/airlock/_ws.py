@@ -10,7 +10,7 @@ import os
 import socket
 import struct
 import threading
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
 
 from . import errors, models
 from ._http import Transport, error_from
@@ -124,18 +124,19 @@ def _mask(data: bytes, key: bytes) -> bytes:
     return (int.from_bytes(data, "big") ^ int.from_bytes(k, "big")).to_bytes(n, "big") if n else b""
 
 
-def connect(t: Transport, path: str) -> WebSocket:
-    """Open a WebSocket to path of the daemon (the handshake over HTTP/1.1)."""
+def upgrade(t: Transport, path: str, protocol: Mapping[str, str], what: str) -> Tuple[socket.socket, Dict[str, str], bytes]:
+    """GET path with an HTTP/1.1 Upgrade (protocol: its headers). Returns the
+    connected socket, the 101 answer's headers (lower-case names) and the
+    bytes that came after it; any other answer is raised as the API's error."""
     conn = t.new_connection(t.timeout)
     try:
         conn.connect()
     except OSError as e:
         raise errors.ConnectionFailed(f"airlock: cannot reach the daemon at {t.host}: {e}") from None
     sock = conn.sock
-    key = base64.b64encode(os.urandom(16)).decode()
     host = "airlock" if t.spec.scheme == "unix" else f"{t.spec.host}:{t.spec.port}"
-    lines = [f"GET {t.url_path(path)} HTTP/1.1", f"Host: {host}", "Upgrade: websocket", "Connection: Upgrade",
-             f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13"]
+    lines = [f"GET {t.url_path(path)} HTTP/1.1", f"Host: {host}", "Connection: Upgrade"]
+    lines += [f"{k}: {v}" for k, v in protocol.items()]
     for k, v in t.headers().items():
         lines.append(f"{k}: {v}")
     try:
@@ -144,23 +145,23 @@ def connect(t: Transport, path: str) -> WebSocket:
         while b"\r\n\r\n" not in buf:
             b = sock.recv(65536)
             if not b:
-                raise errors.ConnectionFailed("airlock: pty: the daemon closed the connection")
+                raise errors.ConnectionFailed(f"airlock: {what}: the daemon closed the connection")
             buf += b
             if len(buf) > 1 << 20:
-                raise errors.StreamError("airlock: pty: the handshake's answer is too long")
+                raise errors.StreamError(f"airlock: {what}: the handshake's answer is too long")
     except socket.timeout:
         sock.close()
-        raise errors.Timeout(f"airlock: pty: no answer from the daemon at {t.host} within {t.timeout} s") from None
+        raise errors.Timeout(f"airlock: {what}: no answer from the daemon at {t.host} within {t.timeout} s") from None
     except OSError as e:
         sock.close()
-        raise errors.ConnectionFailed(f"airlock: pty: {e}") from None
+        raise errors.ConnectionFailed(f"airlock: {what}: {e}") from None
     head, _, rest = buf.partition(b"\r\n\r\n")
     hlines = head.decode("latin-1").split("\r\n")
     try:
         status = int(hlines[0].split(" ")[1])
     except (IndexError, ValueError):
         sock.close()
-        raise errors.StreamError(f"airlock: pty: bad answer {hlines[0]!r}") from None
+        raise errors.StreamError(f"airlock: {what}: bad answer {hlines[0]!r}") from None
     hdrs = {}
     for l in hlines[1:]:
         k, _, v = l.partition(":")
@@ -178,12 +179,53 @@ def connect(t: Transport, path: str) -> WebSocket:
             pass
         sock.close()
         raise error_from(status, hdrs.get("retry-after"), body)
+    sock.settimeout(None)
+    return sock, hdrs, rest
+
+
+def connect(t: Transport, path: str) -> WebSocket:
+    """Open a WebSocket to path of the daemon (the handshake over HTTP/1.1)."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock, hdrs, rest = upgrade(t, path, {"Upgrade": "websocket", "Sec-WebSocket-Key": key,
+                                         "Sec-WebSocket-Version": "13"}, "pty")
     want = base64.b64encode(hashlib.sha1((key + _GUID).encode()).digest()).decode()
     if hdrs.get("sec-websocket-accept") != want:
         sock.close()
         raise errors.StreamError("airlock: pty: bad Sec-WebSocket-Accept in the handshake")
-    sock.settimeout(None)
     return WebSocket(sock, rest)
+
+
+class Tunnel:
+    """A TCP stream to a port inside a sandbox (Client.port_tunnel): send,
+    sendall, recv, shutdown and close as on a socket; a context manager."""
+
+    def __init__(self, sock: socket.socket, buffered: bytes = b"") -> None:
+        self.sock = sock
+        self._buf = buffered
+
+    def recv(self, n: int = 65536) -> bytes:
+        if self._buf:
+            b, self._buf = self._buf[:n], self._buf[n:]
+            return b
+        return self.sock.recv(n)
+
+    def send(self, data: bytes) -> int:
+        return self.sock.send(data)
+
+    def sendall(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def shutdown(self, how: int = socket.SHUT_WR) -> None:
+        self.sock.shutdown(how)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "Tunnel":
+        return self
+
+    def __exit__(self, *a: Any) -> None:
+        self.close()
 
 
 class PTYSession:

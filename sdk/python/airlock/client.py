@@ -54,6 +54,7 @@ OPERATIONS: Dict[str, Tuple[str, str, str, Tuple[str, ...]]] = {
     "createKey": ("create_key", "POST", "/v1/keys", ()),
     "listKeys": ("list_keys", "GET", "/v1/keys", ()),
     "revokeKey": ("revoke_key", "DELETE", "/v1/keys/{kid}", ()),
+    "portTunnel": ("port_tunnel", "GET", "/v1/sandboxes/{id}/ports/{port}", ()),
 }
 
 #: Methods that stream an operation beyond its plain method, by operationId.
@@ -320,6 +321,17 @@ class Client:
         _, path = self._path("pty", id=id)
         return PTYSession._open(self._t, path, start)
 
+    def port_tunnel(self, id: str, port: int) -> "Tunnel":
+        """A TCP stream to 127.0.0.1:port inside the sandbox (a port
+        preview): the daemon dials into the sandbox's network namespace, so
+        its egress policy is unchanged. Close it when done."""
+        from ._ws import Tunnel, upgrade
+        if not isinstance(port, int) or not 1 <= port <= 65535:
+            raise errors.InvalidArgument(f"airlock: port {port!r}: want 1 to 65535")
+        _, path = self._path("portTunnel", id=id, port=str(port))
+        sock, _, rest = upgrade(self._t, path, {"Upgrade": "tcp"}, f"port {port}")
+        return Tunnel(sock, rest)
+
     # Network.
 
     def network_events(self, id: str, allowed: Optional[bool] = None, host: Optional[str] = None,
@@ -451,4 +463,4 @@ def follow_stream(open_stream: Any, cursor: Optional[str], done: Any, reconnect_
     return follow(open_stream, cursor, done, reconnect_on_end, on_cursor or (lambda c: None))
 
 
-from ._ws import PTYSession  # noqa: E402  (for the annotation above)
+from ._ws import PTYSession, Tunnel  # noqa: E402  (for the annotations above)

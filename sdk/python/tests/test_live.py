@@ -164,6 +164,30 @@ class ExecTest(Live):
         with self.assertRaises(airlock.NotFound):
             sb.process("p999999")
 
+    def test_port_tunnel(self):
+        sb = self.sandbox()
+        sb.spawn(["python3", "-m", "http.server", "--bind", "127.0.0.1", "8000"])
+        answer = b""
+        for _ in range(100):
+            try:
+                with self.c.port_tunnel(sb.id, 8000) as t:
+                    t.sendall(b"GET / HTTP/1.0\r\n\r\n")
+                    while True:
+                        b = t.recv(65536)
+                        if not b:
+                            break
+                        answer += b
+                break
+            except airlock.APIError:  # not listening yet
+                time.sleep(0.1)
+        self.assertTrue(answer.startswith(b"HTTP/1.0 200"), answer[:100])
+        with self.assertRaises(airlock.InvalidArgument):
+            self.c.port_tunnel(sb.id, 0)
+        with self.assertRaises(airlock.Unavailable):
+            self.c.port_tunnel(sb.id, 8001)
+        with self.assertRaises(airlock.NotFound):
+            self.c.port_tunnel("sb-0000000000000000", 8000)
+
     def test_deleted_mid_stream(self):
         sb = self.sandbox()
         p = sb.spawn("echo started; sleep 300")
