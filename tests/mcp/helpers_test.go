@@ -27,30 +27,12 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testdaemon.Main(m, "mcp")) }
 
-// syncBuffer collects a process's stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // server is one `airlock mcp` process and the Go SDK's client session
 // to it over stdio.
 type server struct {
 	cmd    *exec.Cmd
 	cs     *mcp.ClientSession
-	stderr *syncBuffer
+	stderr *testdaemon.LockedBuffer
 	mu     sync.Mutex
 	prog   []string // progress messages received
 }
@@ -78,7 +60,7 @@ func startArgvAs(t *testing.T, env []string, argv []string, cred *syscall.Creden
 	if argv[0] != "airlock" {
 		t.Fatalf("not an airlock command: %q", argv)
 	}
-	s := &server{stderr: &syncBuffer{}}
+	s := &server{stderr: &testdaemon.LockedBuffer{}}
 	s.cmd = exec.Command(testdaemon.Bin, args...)
 	s.cmd.Env = append(os.Environ(), env...)
 	s.cmd.Stderr = s.stderr

@@ -104,7 +104,7 @@ func TestHTTP(t *testing.T) {
 	token := "test-token-0123456789"
 	cmd := exec.Command(testdaemon.Bin, "mcp", "--host", "unix://"+d.Sock, "--listen", addr)
 	cmd.Env = append(os.Environ(), "AIRLOCK_MCP_TOKEN="+token)
-	errb := &syncBuffer{}
+	errb := &testdaemon.LockedBuffer{}
 	cmd.Stdout, cmd.Stderr = errb, errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

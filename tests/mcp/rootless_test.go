@@ -69,7 +69,7 @@ func TestRootlessStandalone(t *testing.T) {
 func TestStdioSIGTERM(t *testing.T) {
 	d := testdaemon.Start(t, "")
 	cmd := exec.Command(testdaemon.Bin, "mcp", "--host", "unix://"+d.Sock)
-	errb := &syncBuffer{}
+	errb := &testdaemon.LockedBuffer{}
 	cmd.Stderr = errb
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
