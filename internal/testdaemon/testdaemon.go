@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -278,4 +279,39 @@ func Eventually(t testing.TB, limit time.Duration, what string, cond func() bool
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// NPMInstall copies files from src (a package.json, its package-lock.json
+// and the test's scripts) into a temporary directory and installs the
+// pinned packages there with `npm ci`. It skips the test, saying why,
+// without node 18 or newer and npm.
+func NPMInstall(t testing.TB, src string, files ...string) string {
+	t.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed (Debian: apt-get install nodejs npm; the project's CI installs them)", tool)
+		}
+	}
+	v, err := exec.Command("node", "-p", "process.versions.node.split('.')[0]").Output()
+	if n, _ := strconv.Atoi(strings.TrimSpace(string(v))); err != nil || n < 18 {
+		t.Skipf("node %s is older than 18", strings.TrimSpace(string(v)))
+	}
+	dir := t.TempDir()
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci in a copy of %s: %v\n%s", src, err, out)
+	}
+	return dir
 }

@@ -23,29 +23,7 @@ import (
 // a temporary directory, or skips without node and npm.
 func installSDK(t *testing.T) string {
 	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed: the E2B SDK test needs node and npm (Debian: apt-get install nodejs npm)", tool)
-		}
-	}
-	dir := t.TempDir()
-	for _, f := range []string{"package.json", "package-lock.json", "run.mjs"} {
-		b, err := os.ReadFile(filepath.Join("sdk", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci: %v\n%s", err, out)
-	}
-	return dir
+	return testdaemon.NPMInstall(t, "sdk", "package.json", "package-lock.json", "run.mjs")
 }
 
 // TestSDK runs the official E2B SDK against a daemon: every step of

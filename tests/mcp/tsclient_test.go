@@ -7,10 +7,8 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,42 +22,14 @@ import (
 // longer than the request's timeout completes because progress resets it.
 func TestTypeScriptClient(t *testing.T) {
 	testdaemon.Need(t)
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed (the project's CI installs it)")
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Skip("npm is not installed (the project's CI installs it)")
-	}
-	v, err := exec.Command(node, "-p", "process.versions.node.split('.')[0]").Output()
-	if n, _ := strconv.Atoi(strings.TrimSpace(string(v))); err != nil || n < 18 {
-		t.Skipf("node %s is older than 18", strings.TrimSpace(string(v)))
-	}
-	dir := t.TempDir()
-	for _, f := range []string{"package.json", "package-lock.json", "client.mjs"} {
-		b, err := os.ReadFile(filepath.Join("tsclient", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	ci := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
-	ci.Dir = dir
-	if out, err := ci.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci: %v\n%s", err, out)
-	}
+	dir := testdaemon.NPMInstall(t, "tsclient", "package.json", "package-lock.json", "client.mjs")
 
 	nf := newNetFixture(t)
 	conf := writeConfig(t, nf.config)
 	args, _ := json.Marshal([]string{"mcp", "--config", conf, "--policy", "default", "--policy", "net", "--max-sandboxes", "2"})
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel2()
-	run := exec.CommandContext(ctx2, node, "client.mjs")
+	run := exec.CommandContext(ctx2, "node", "client.mjs")
 	run.Dir = dir
 	run.Env = append(os.Environ(), "AIRLOCK_BIN="+testdaemon.Bin, "MCP_ARGS="+string(args), "NET_PORT="+nf.port)
 	out, err := run.CombinedOutput()
