@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/airlock-dev/airlock/api"
 )
 
 // keepBytes is how much of each output stream run_command keeps at the
@@ -102,3 +105,38 @@ func clip(s string) string {
 }
 
 func fileMode(m int) os.FileMode { return os.FileMode(m) }
+
+// cutAt is how much of data to take to stay within room bytes: room, moved
+// back to the start of a UTF-8 character, or the first character whole
+// when room cannot hold it.
+func cutAt(data []byte, room int) int {
+	if room >= len(data) {
+		return len(data)
+	}
+	if room <= 0 {
+		return 0
+	}
+	take := room
+	for take > 0 && !utf8.RuneStart(data[take]) {
+		take--
+	}
+	if take == 0 { // a character longer than room: never split it
+		_, size := utf8.DecodeRune(data)
+		return min(size, len(data))
+	}
+	return take
+}
+
+// cursorAt is the API cursor just after the first take bytes of the output
+// event ev (its cursor is "STDOUT.STDERR", the offsets after it).
+func cursorAt(ev api.OutputEvent, take int) (string, bool) {
+	out, errOff, ok := strings.Cut(ev.Cursor, ".")
+	if !ok {
+		return "", false
+	}
+	at := strconv.FormatUint(ev.Offset+uint64(take), 10)
+	if ev.Kind == api.EventStdout {
+		return at + "." + errOff, true
+	}
+	return out + "." + at, true
+}

@@ -160,7 +160,7 @@ type readOutputIn struct {
 	ProcessID   string  `json:"process_id" jsonschema:"the id start_command returned"`
 	Cursor      string  `json:"cursor,omitempty" jsonschema:"the cursor of the previous read_output (or start_command); omit to read from the oldest output kept"`
 	WaitSeconds float64 `json:"wait_seconds,omitempty" jsonschema:"when there is no new output yet, wait up to this many seconds (at most 30) for some or for the exit; 0 returns at once"`
-	MaxBytes    int     `json:"max_bytes,omitempty" jsonschema:"return about this many bytes at most (default 65536, at most 1048576); the rest waits for the next call"`
+	MaxBytes    int     `json:"max_bytes,omitempty" jsonschema:"return at most this many bytes of output (default 65536, at most 1048576); the rest waits for the next call"`
 }
 
 type readOutputOut struct {
@@ -625,16 +625,31 @@ loop:
 		ev := it.ev
 		switch ev.Kind {
 		case api.EventStdout, api.EventStderr:
-			if n > 0 && n+len(ev.Data) > limit {
-				// Left for the next call: the cursor stays before it.
-				break loop
+			data := ev.Data
+			if n+len(data) > limit {
+				// Only what fits (cut at a character's start when it can
+				// be); the cursor then points inside the event, where the
+				// next call resumes.
+				take := cutAt(data, limit-n)
+				if take == 0 {
+					break loop
+				}
+				cur, ok := cursorAt(ev, take)
+				if !ok {
+					if n > 0 {
+						break loop // left whole for the next call
+					}
+					take = len(data)
+					cur = ev.Cursor
+				}
+				data, ev.Cursor = data[:take], cur
 			}
 			if ev.Kind == api.EventStdout {
-				stdout.Write(ev.Data)
+				stdout.Write(data)
 			} else {
-				stderr.Write(ev.Data)
+				stderr.Write(data)
 			}
-			n += len(ev.Data)
+			n += len(data)
 		case api.EventLost:
 			out.LostBytes += int64(ev.Bytes)
 		case api.EventExit:

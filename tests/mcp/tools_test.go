@@ -340,9 +340,9 @@ func exerciseTools(t *testing.T, s *server, nf *netFixture) []string {
 	if got != want {
 		t.Fatalf("read in parts: %d bytes, want %d", len(got), len(want))
 	}
-	// Many small events, read a few bytes at a time: each answer stops
-	// before the event that would pass max_bytes, and nothing is lost or
-	// repeated.
+	// Many small events, read a few bytes at a time: no answer holds more
+	// than max_bytes (however the output was cut into events: under load
+	// several lines arrive as one), and nothing is lost or repeated.
 	s.ok(t, "start_command", m{"sandbox_id": a.SandboxID, "command": "for i in $(seq 1 40); do echo line$i; sleep 0.005; done"}, &st)
 	var lines strings.Builder
 	for i := 1; i <= 40; i++ {
@@ -352,8 +352,8 @@ func exerciseTools(t *testing.T, s *server, nf *netFixture) []string {
 	calls := 0
 	for ; calls < 500; calls++ {
 		s.ok(t, "read_output", m{"sandbox_id": a.SandboxID, "process_id": st.ProcessID, "cursor": cur, "wait_seconds": 10, "max_bytes": 16}, &o)
-		if len(o.Stdout) > 16 && strings.Count(o.Stdout, "\n") > 1 {
-			t.Fatalf("read_output past max_bytes with several events: %q", o.Stdout)
+		if len(o.Stdout) > 16 {
+			t.Fatalf("read_output past max_bytes: %q", o.Stdout)
 		}
 		got, cur = got+o.Stdout, o.Cursor
 		if o.Finished {
