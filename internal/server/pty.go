@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -80,14 +81,16 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 	}()
-	// Client input and control messages until the process ends.
+	// Client input and control messages until the process ends. Once it
+	// has, the reader's end (the close below) is not a client hanging up.
+	var ended atomic.Bool
 	inCtx, stopIn := context.WithCancel(ctx)
 	defer stopIn()
 	go func() {
 		for {
 			typ, b, err := c.Read(inCtx)
 			if err != nil {
-				if !errors.Is(err, context.Canceled) {
+				if !errors.Is(err, context.Canceled) && !ended.Load() {
 					// The client went away: end the process with a hangup,
 					// like a closed terminal.
 					s.m.SignalPTY(context.WithoutCancel(r.Context()), id, pid, unix.SIGHUP)
@@ -120,7 +123,9 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	case <-time.After(2 * time.Second):
 		// A background process still holds the terminal; stop reading it.
 	}
-	stopIn()
+	// The exit goes out before the input reader stops: cancelling a read
+	// closes the WebSocket, and a client would then miss the exit.
+	ended.Store(true)
 	b, _ := json.Marshal(exit)
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

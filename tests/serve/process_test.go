@@ -446,3 +446,26 @@ func TestFollowThroughDelete(t *testing.T) {
 		}
 	}
 }
+
+// TestPTYExitDelivered: every PTY session gets its command's exit, however
+// quickly the command ends. The daemon used to stop reading the client
+// before it wrote the exit, and cancelling that read closes the WebSocket:
+// under load the close came first (seen once in a cold CI run, in
+// TestPTYAcrossRestart).
+func TestPTYExitDelivered(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	for i := 0; i < 40; i++ {
+		s, err := d.c.PTY(ctx, sb.ID, api.PTYStart{ExecRequest: api.ExecRequest{Argv: []string{"sh", "-c", "exit 3"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go io.Copy(io.Discard, s)
+		exit, err := s.Wait()
+		s.Close()
+		if err != nil || exit.ExitCode != 3 {
+			t.Fatalf("session %d: %+v %v", i, exit, err)
+		}
+	}
+}
