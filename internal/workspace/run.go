@@ -101,6 +101,9 @@ func RootPath() string {
 // ErrBusy: the run is still held by the airlock that made it.
 var ErrBusy = errors.New("the run is still in progress")
 
+// ErrNoRun: there is no run of that id.
+var ErrNoRun = errors.New("no such run (see airlock review)")
+
 // Create makes a run for workspace ws (an absolute path): the layer
 // directory with upper/ and work/ owned by the workspace's owner (so that
 // an idmapped attachment makes it root's inside) and the upper's root
@@ -341,7 +344,7 @@ func (r *Run) save() error {
 func load(dir string) (*Run, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("no run %s (see airlock review)", filepath.Base(dir))
+		return nil, fmt.Errorf("run %s: %w", filepath.Base(dir), ErrNoRun)
 	}
 	if err != nil {
 		return nil, err
@@ -378,6 +381,31 @@ func removeAll(dir string) error {
 	})
 	return os.RemoveAll(dir)
 }
+
+// ForWorkspace lists the runs whose workspace is dir: the same path, or
+// the same directory (device and inode) when dir exists.
+func ForWorkspace(dir string) ([]Listed, error) {
+	all, err := List()
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	exists := unix.Stat(abs, &st) == nil
+	var out []Listed
+	for _, l := range all {
+		if filepath.Clean(l.Workspace) == abs || (exists && uint64(st.Dev) == l.Dev && st.Ino == l.Ino) {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// IsID reports whether s has the form of a run id.
+func IsID(s string) bool { return isID(s) }
 
 func isID(s string) bool {
 	if len(s) != 16 {
