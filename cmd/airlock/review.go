@@ -386,7 +386,15 @@ nothing is done).`,
 		},
 	}
 	diff.Flags().BoolVar(&diffJSON, "json", false, "print the changes as JSON")
-	cmd.AddCommand(apply, discard, diff)
+	rollback := &cobra.Command{
+		Use:   "rollback ID|DIR",
+		Short: "Put the workspace back as it was before a run's apply (completed or interrupted)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return reviewRollback(cmd.ErrOrStderr(), args[0])
+		},
+	}
+	cmd.AddCommand(apply, discard, diff, rollback)
 	return cmd
 }
 
@@ -462,10 +470,64 @@ func listState(l workspace.Listed) string {
 	switch {
 	case l.Busy:
 		return "running"
+	case l.RolledBack:
+		return "rolled back"
+	case l.Pending && l.Undoable:
+		return "pending (apply interrupted)"
 	case l.Pending:
 		return "pending"
 	}
 	return "applied"
+}
+
+func reviewRollback(stderr io.Writer, arg string) error {
+	run, err := openRunArg(arg, "applied", func(l workspace.Listed) bool { return l.Undoable })
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+		return exitError{1}
+	}
+	defer run.Close()
+	if run.RolledBack {
+		fmt.Fprintf(stderr, "airlock: run %s was rolled back already\n", run.ID)
+		return exitError{1}
+	}
+	if !run.HasJournal() {
+		fmt.Fprintf(stderr, "airlock: run %s has nothing applied to roll back\n", run.ID)
+		return exitError{1}
+	}
+	if err := workspaceThere(run); err != nil {
+		fmt.Fprintf(stderr, "airlock: %v\n", strings.Replace(err.Error(), "nothing applied", "nothing rolled back", 1))
+		return exitError{1}
+	}
+	rep, err := run.Rollback()
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+		return exitError{1}
+	}
+	fmt.Fprintf(stderr, "airlock: run %s: %d entries of %s put back as before the apply\n", run.ID, len(rep.Restored), quoteName(run.Workspace))
+	if len(rep.Conflicts) > 0 {
+		fmt.Fprintf(stderr, "airlock: left as they are (changed after the apply): %s\n", nameList(rep.Conflicts))
+	}
+	for i, e := range rep.Errors {
+		if i == 20 {
+			fmt.Fprintf(stderr, "airlock: ... and %d more errors\n", len(rep.Errors)-20)
+			break
+		}
+		fmt.Fprintf(stderr, "airlock: not rolled back: %s\n", quoteName(e))
+	}
+	if len(rep.Errors) > 0 {
+		fmt.Fprintf(stderr, "airlock: retry with: airlock review rollback %s\n", run.ID)
+		return exitError{1}
+	}
+	if err := run.SetRolledBack(); err != nil {
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+		return exitError{1}
+	}
+	fmt.Fprintf(stderr, "airlock: the sandbox's versions are in %s; airlock review discard %s drops them\n", run.RolledBackDir(), run.ID)
+	if len(rep.Conflicts) > 0 {
+		return exitError{1}
+	}
+	return nil
 }
 
 func reviewList(stdout, stderr io.Writer, asJSON bool) error {

@@ -49,6 +49,10 @@ type Meta struct {
 	// Applied: the changes were applied; what is left is kept/ and
 	// conflicts/ for the user to look at.
 	Applied bool `json:"applied,omitempty"`
+	// RolledBack: Rollback put the workspace back as it was before the
+	// apply; the sandbox's versions are in rolledback/ (and what was not
+	// applied yet in layer/upper) until the run is discarded.
+	RolledBack bool `json:"rolled_back,omitempty"`
 }
 
 // Run is one run's directory: meta.json, lock, layer/{upper,work}, kept/,
@@ -191,7 +195,7 @@ func (r *Run) Conflicts() string { return filepath.Join(r.Dir, "conflicts") }
 // Pending reports whether the run has changes that were neither applied
 // nor discarded.
 func (r *Run) Pending() bool {
-	if r.Applied {
+	if r.Applied || r.RolledBack {
 		return false
 	}
 	_, err := os.Lstat(r.Upper())
@@ -238,7 +242,7 @@ func List() ([]Listed, error) {
 		if err != nil {
 			continue
 		}
-		l := Listed{Meta: r.Meta, Dir: r.Dir, Pending: r.Pending()}
+		l := Listed{Meta: r.Meta, Dir: r.Dir, Pending: r.Pending(), Undoable: !r.RolledBack && r.HasJournal()}
 		if err := r.lockNB(); errors.Is(err, ErrBusy) {
 			l.Busy = true
 		}
@@ -259,6 +263,8 @@ type Listed struct {
 	Busy      bool   `json:"running"`
 	Kept      int    `json:"kept"`
 	Conflicts int    `json:"conflicts"`
+	// Undoable: airlock review rollback can undo what was applied.
+	Undoable bool `json:"rollback"`
 }
 
 // PendingRuns lists the runs left pending by an airlock that is gone.
@@ -291,7 +297,10 @@ func (r *Run) Close() {
 }
 
 // Finish ends an applied run: its layer is removed, and so is the whole
-// run when nothing was kept aside.
+// run when nothing was kept aside and nothing applied. The journal of what
+// was applied stays for Rollback, for the workspace's latest apply only:
+// older applied runs of the same workspace lose theirs (and go, unless
+// they kept something aside).
 func (r *Run) Finish(rep *Report) error {
 	r.Applied = true
 	if err := r.save(); err != nil {
@@ -300,11 +309,40 @@ func (r *Run) Finish(rep *Report) error {
 	if err := removeAll(r.Layer()); err != nil {
 		return err
 	}
-	if len(rep.Kept) == 0 && len(rep.Conflicts) == 0 {
+	r.pruneOlder()
+	if len(rep.Kept) == 0 && len(rep.Conflicts) == 0 && !r.HasJournal() {
 		r.Close()
 		return removeAll(r.Dir)
 	}
 	return nil
+}
+
+// SetRolledBack records a rollback.
+func (r *Run) SetRolledBack() error {
+	r.RolledBack = true
+	return r.save()
+}
+
+// pruneOlder drops the journals of the workspace's other applied runs.
+func (r *Run) pruneOlder() {
+	others, err := List()
+	if err != nil {
+		return
+	}
+	for _, l := range others {
+		if l.ID == r.ID || l.Dev != r.Dev || l.Ino != r.Ino || !(l.Applied || l.RolledBack) || l.Busy {
+			continue
+		}
+		o, err := Open(l.ID)
+		if err != nil {
+			continue
+		}
+		removeAll(o.Journal())
+		if countFiles(o.Kept())+countFiles(o.Conflicts())+countFiles(o.RolledBackDir()) == 0 && !o.RolledBack {
+			removeAll(o.Dir)
+		}
+		o.Close()
+	}
 }
 
 // SetReview records that the run waits for a review.
