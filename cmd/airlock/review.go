@@ -303,7 +303,7 @@ func (a *askTTY) close() {
 func newReviewCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "review [apply|discard|diff ID|DIR]",
+		Use:   "review [apply|discard|diff|rollback ID|DIR]",
 		Short: "List workspace runs whose changes are pending; apply or discard one",
 		Long: `airlock run --workspace DIR keeps the sandbox's writes in a copy-on-write
 layer and applies them when the command ends. A run whose changes were not
@@ -311,9 +311,11 @@ applied (airlock was killed, or an apply failed) stays pending here:
 "airlock review" lists the runs, "airlock review apply ID" applies one
 (protected paths kept aside, files changed on the host too left as the host
 has them) and "airlock review discard ID" throws its changes away.
-Instead of an ID, the commands take the workspace directory: the one
-pending run whose workspace it is (with several, they are listed and
-nothing is done).`,
+"airlock review rollback ID" puts the workspace back as it was before the
+run's apply, completed or interrupted (entries changed on the host since
+are left as they are). Instead of an ID, the commands take the workspace
+directory: the one pending (for rollback: applied) run whose workspace it
+is; with several, they are listed and nothing is done.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return reviewList(cmd.OutOrStdout(), cmd.ErrOrStderr(), asJSON)
