@@ -384,7 +384,11 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		}()
 	case policy.WorkspaceLive:
 		if p.Workspace != "" {
-			fmt.Fprintf(stderr, "airlock: WARNING: workspace mode live: the sandbox writes to %s directly while it runs; protected paths that do not exist appear there as empty placeholder directories until it ends\n", p.Workspace)
+			src := "--workspace-mode live"
+			if f.workspaceMode == "" {
+				src = "workspace mode live (from the policy)"
+			}
+			fmt.Fprintf(stderr, "airlock: WARNING: %s: the sandbox writes to %s directly while it runs; protected paths that do not exist appear there as empty placeholder directories until it ends\n", src, p.Workspace)
 		}
 	}
 	tty := !f.noTTY && term.IsTerminal(int(os.Stdin.Fd()))
