@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -124,4 +125,35 @@ func TestReviewRollback(t *testing.T) {
 	if r := airlock(t, o, "review", "rollback", t.TempDir()); r.code == 0 || !strings.Contains(r.stderr, "no applied run") {
 		t.Errorf("rollback of a directory with no run:\n%s", r)
 	}
+}
+
+// Rootless (as nobody): an apply and its rollback, and an interrupted
+// apply rolled back, give back the tree byte-identical.
+func TestRootlessReviewRollback(t *testing.T) {
+	o := nobody(t)
+	changesEnv(t, &o)
+	ws := nobodyDir(t)
+	src := rollbackWS(t)
+	if out, err := exec.Command("cp", "-a", src+"/.", ws).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	if out, err := exec.Command("chown", "-hR", "65534:65534", ws).CombinedOutput(); err != nil {
+		t.Fatalf("chown: %v %s", err, out)
+	}
+	before := treeHashes(t, ws)
+	mustOK(t, sh(t, o, []string{"--workspace", ws}, rollbackScript), "run")
+	if treeHashes(t, ws)["new.txt"] == "" {
+		t.Fatal("the run's changes did not land")
+	}
+	mustOK(t, airlock(t, o, "review", "rollback", ws), "rollback")
+	sameHashes(t, "rootless, after rollback", treeHashes(t, ws), before)
+
+	k := o
+	k.env = append(append([]string{}, o.env...), "AIRLOCK_TEST_APPLY_KILL_AFTER=4")
+	id := pendingID(t, sh(t, o, []string{"--review", "--workspace", ws}, rollbackScript))
+	if r := airlock(t, k, "review", "apply", id); r.code != 128+9 {
+		t.Fatalf("not killed\n%s", r)
+	}
+	mustOK(t, airlock(t, o, "review", "rollback", id), "rollback of the interrupted apply")
+	sameHashes(t, "rootless, after rolling back an interrupted apply", treeHashes(t, ws), before)
 }
