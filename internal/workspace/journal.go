@@ -81,6 +81,17 @@ func (r *Run) openJournal() (*journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
+	// A record cut short by a kill ends its line here, so that the next
+	// one is read whole.
+	if st, err := f.Stat(); err == nil && st.Size() > 0 {
+		last := make([]byte, 1)
+		if r, err := os.Open(filepath.Join(dir, "log")); err == nil {
+			if _, err := r.ReadAt(last, st.Size()-1); err == nil && last[0] != '\n' {
+				f.Write([]byte{'\n'})
+			}
+			r.Close()
+		}
+	}
 	d, err := unix.Open(filepath.Join(dir, "data"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		f.Close()

@@ -215,3 +215,33 @@ func TestRollbackConflict(t *testing.T) {
 	delete(before, "mod.txt")
 	sameSnapshot(t, "the rest after rollback", got, before)
 }
+
+// A record cut short (airlock killed while writing it) does not swallow
+// the next one.
+func TestJournalTornRecord(t *testing.T) {
+	needRoot(t)
+	r, ws := rollbackTree(t, "00000000000000e1")
+	before := snapshot(t, ws)
+	applySteps.Store(0)
+	stopAfter = 2
+	_, err := r.Apply()
+	stopAfter = 0
+	if !errors.Is(err, errStopped) {
+		t.Fatalf("not stopped: %v", err)
+	}
+	f, err := os.OpenFile(filepath.Join(r.Journal(), "log"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"op":"pre","seq":99,"pa`)
+	f.Close()
+	rep, err := r.Apply()
+	if err != nil || len(rep.Errors) > 0 {
+		t.Fatalf("resume: %v %v", err, rep)
+	}
+	rb, err := r.Rollback()
+	if err != nil || len(rb.Errors)+len(rb.Conflicts) > 0 {
+		t.Fatalf("rollback: %v %+v", err, rb)
+	}
+	sameSnapshot(t, "after rollback", snapshot(t, ws), before)
+}
