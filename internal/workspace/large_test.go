@@ -62,3 +62,33 @@ func BenchmarkReviewTree(b *testing.B) {
 		os.RemoveAll(ws)
 	}
 }
+
+// BenchmarkApplyRewrite: apply a layer that rewrites 2000 files (the
+// journal keeps each old version: a hard link here).
+func BenchmarkApplyRewrite(b *testing.B) {
+	const files = 2000
+	ws := b.TempDir()
+	if err := wstest.MakeTree(ws, files); err != nil {
+		b.Fatal(err)
+	}
+	b.Setenv("AIRLOCK_CHANGES_DIR", filepath.Join(b.TempDir(), "changes"))
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		r, err := Create(newTestID(i+1), ws, testProtected, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for k := 0; k < files; k++ {
+			write(b, filepath.Join(r.Upper(), wstest.Path(k)), fmt.Sprintf("rewritten %d\n", i))
+		}
+		b.StartTimer()
+		rep, err := r.Apply()
+		if err != nil || len(rep.Applied) != files {
+			b.Fatalf("%d applied, %v", len(rep.Applied), err)
+		}
+		if err := r.Finish(rep); err != nil {
+			b.Fatal(err)
+		}
+		r.Close()
+	}
+}
