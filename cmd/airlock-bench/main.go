@@ -15,6 +15,10 @@
 // `airlock-bench cache` (`make bench-cache`) times a go build in a fresh
 // sandbox without and with `--cache go`; see cache.go.
 //
+// `airlock-bench review` times `airlock run --review` against plain
+// `airlock run`, and review and apply of a few changes in a 100k-file
+// workspace; see review.go.
+//
 // # What is measured
 //
 // Part 1, end to end. Each configuration below runs /bin/true N times; a run
@@ -190,6 +194,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "cache" {
 		os.Exit(runCache(os.Args[2:])) // cache.go
+	}
+	if len(os.Args) > 1 && os.Args[1] == "review" {
+		os.Exit(runReview(os.Args[2:])) // review.go
 	}
 	n := flag.Int("n", 100, fmt.Sprintf("runs of each configuration (at least %d advised)", minRuns))
 	airlockPath := flag.String("airlock", "./bin/airlock", "airlock binary to measure")

@@ -303,14 +303,19 @@ func (a *askTTY) close() {
 func newReviewCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "review [apply|discard ID]",
+		Use:   "review [apply|discard|diff|rollback ID|DIR]",
 		Short: "List workspace runs whose changes are pending; apply or discard one",
 		Long: `airlock run --workspace DIR keeps the sandbox's writes in a copy-on-write
 layer and applies them when the command ends. A run whose changes were not
 applied (airlock was killed, or an apply failed) stays pending here:
 "airlock review" lists the runs, "airlock review apply ID" applies one
 (protected paths kept aside, files changed on the host too left as the host
-has them) and "airlock review discard ID" throws its changes away.`,
+has them) and "airlock review discard ID" throws its changes away.
+"airlock review rollback ID" puts the workspace back as it was before the
+run's apply, completed or interrupted (entries changed on the host since
+are left as they are). Instead of an ID, the commands take the workspace
+directory: the one pending (for rollback: applied) run whose workspace it
+is; with several, they are listed and nothing is done.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return reviewList(cmd.OutOrStdout(), cmd.ErrOrStderr(), asJSON)
@@ -318,7 +323,7 @@ has them) and "airlock review discard ID" throws its changes away.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the runs as JSON")
 	apply := &cobra.Command{
-		Use:   "apply ID",
+		Use:   "apply ID|DIR",
 		Short: "Apply a pending run's changes to its workspace",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -326,12 +331,12 @@ has them) and "airlock review discard ID" throws its changes away.`,
 		},
 	}
 	discard := &cobra.Command{
-		Use:   "discard ID",
+		Use:   "discard ID|DIR",
 		Short: "Throw a run's changes away (and what it kept aside)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stderr := cmd.ErrOrStderr()
-			run, err := workspace.Open(args[0])
+			run, err := openRunArg(args[0], "pending", func(l workspace.Listed) bool { return l.Pending })
 			if err != nil {
 				fmt.Fprintf(stderr, "airlock: %v\n", err)
 				return exitError{1}
@@ -346,12 +351,12 @@ has them) and "airlock review discard ID" throws its changes away.`,
 	}
 	var diffJSON bool
 	diff := &cobra.Command{
-		Use:   "diff ID",
+		Use:   "diff ID|DIR",
 		Short: "Show a pending run's changes: a list and a unified diff of text files",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stderr := cmd.ErrOrStderr()
-			run, err := workspace.Open(args[0])
+			run, err := openRunArg(args[0], "pending", func(l workspace.Listed) bool { return l.Pending })
 			if err != nil {
 				fmt.Fprintf(stderr, "airlock: %v\n", err)
 				return exitError{1}
@@ -359,6 +364,10 @@ has them) and "airlock review discard ID" throws its changes away.`,
 			defer run.Close()
 			if !run.Pending() {
 				fmt.Fprintf(stderr, "airlock: run %s has no pending changes (applied already)\n", run.ID)
+				return exitError{1}
+			}
+			if err := workspaceThere(run); err != nil {
+				fmt.Fprintf(stderr, "airlock: %v\n", err)
 				return exitError{1}
 			}
 			changes, err := run.Changes(true)
@@ -379,8 +388,148 @@ has them) and "airlock review discard ID" throws its changes away.`,
 		},
 	}
 	diff.Flags().BoolVar(&diffJSON, "json", false, "print the changes as JSON")
-	cmd.AddCommand(apply, discard, diff)
+	rollback := &cobra.Command{
+		Use:   "rollback ID|DIR",
+		Short: "Put the workspace back as it was before a run's apply (completed or interrupted)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return reviewRollback(cmd.ErrOrStderr(), args[0])
+		},
+	}
+	cmd.AddCommand(apply, discard, diff, rollback)
 	return cmd
+}
+
+// openRunArg opens the run an argument names: a run id, or a workspace
+// directory, whose one run that want accepts it is (what names those runs
+// in messages: "pending"). With several, it lists them and opens none.
+func openRunArg(arg, what string, want func(workspace.Listed) bool) (*workspace.Run, error) {
+	if workspace.IsID(arg) {
+		r, err := workspace.Open(arg)
+		if !errors.Is(err, workspace.ErrNoRun) {
+			return r, err
+		}
+		if _, serr := os.Lstat(arg); serr != nil {
+			return nil, err // not a directory either
+		}
+	}
+	if arg == "" {
+		return nil, errors.New("empty run id or workspace directory")
+	}
+	abs, err := filepath.Abs(arg)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := workspace.ForWorkspace(abs)
+	if err != nil {
+		return nil, err
+	}
+	var match []workspace.Listed
+	var others []string
+	for _, l := range runs {
+		if want(l) {
+			match = append(match, l)
+		} else {
+			others = append(others, l.ID+" ("+listState(l)+")")
+		}
+	}
+	switch len(match) {
+	case 1:
+		return workspace.Open(match[0].ID)
+	case 0:
+		_, serr := os.Stat(abs)
+		switch {
+		case len(others) > 0:
+			return nil, fmt.Errorf("no %s run for workspace %s; its runs: %s", what, quoteName(abs), strings.Join(others, ", "))
+		case serr != nil && !workspace.IsID(arg) && strings.IndexByte(arg, '/') < 0:
+			return nil, fmt.Errorf("%s is neither a run id (16 hex digits, see airlock review) nor a workspace directory", quoteName(arg))
+		case serr != nil:
+			return nil, fmt.Errorf("no run for workspace %s (%v)", quoteName(abs), serr)
+		}
+		return nil, fmt.Errorf("no %s run for workspace %s (see airlock review)", what, quoteName(abs))
+	}
+	var list []string
+	for _, l := range match {
+		list = append(list, fmt.Sprintf("%s (started %s, %s)", l.ID, l.Started.Local().Format("2006-01-02 15:04:05"), quoteName(strings.Join(l.Command, " "))))
+	}
+	return nil, fmt.Errorf("%d %s runs have workspace %s; name one by its id: %s", len(match), what, quoteName(abs), strings.Join(list, "; "))
+}
+
+// workspaceThere refuses a run whose workspace is gone or was replaced,
+// before anything is read or applied; the run stays as it is.
+func workspaceThere(run *workspace.Run) error {
+	var st unix.Stat_t
+	if err := unix.Stat(run.Workspace, &st); err != nil {
+		return fmt.Errorf("the workspace of run %s, %s, is gone (%v); nothing applied, the run is kept (airlock review discard %s drops it)", run.ID, quoteName(run.Workspace), err, run.ID)
+	}
+	if uint64(st.Dev) != run.Dev || st.Ino != run.Ino {
+		return fmt.Errorf("the workspace of run %s, %s, is not the directory the run started with (it was replaced); nothing applied, the run is kept (airlock review discard %s drops it)", run.ID, quoteName(run.Workspace), run.ID)
+	}
+	return nil
+}
+
+func listState(l workspace.Listed) string {
+	switch {
+	case l.Busy:
+		return "running"
+	case l.RolledBack:
+		return "rolled back"
+	case l.Pending && l.Undoable:
+		return "pending (apply interrupted)"
+	case l.Pending:
+		return "pending"
+	}
+	return "applied"
+}
+
+func reviewRollback(stderr io.Writer, arg string) error {
+	run, err := openRunArg(arg, "applied", func(l workspace.Listed) bool { return l.Undoable })
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+		return exitError{1}
+	}
+	defer run.Close()
+	if run.RolledBack {
+		fmt.Fprintf(stderr, "airlock: run %s was rolled back already\n", run.ID)
+		return exitError{1}
+	}
+	if !run.HasJournal() {
+		fmt.Fprintf(stderr, "airlock: run %s has nothing applied to roll back\n", run.ID)
+		return exitError{1}
+	}
+	if err := workspaceThere(run); err != nil {
+		fmt.Fprintf(stderr, "airlock: %v\n", strings.Replace(err.Error(), "nothing applied", "nothing rolled back", 1))
+		return exitError{1}
+	}
+	rep, err := run.Rollback()
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+		return exitError{1}
+	}
+	fmt.Fprintf(stderr, "airlock: run %s: %d entries of %s put back as before the apply\n", run.ID, len(rep.Restored), quoteName(run.Workspace))
+	if len(rep.Conflicts) > 0 {
+		fmt.Fprintf(stderr, "airlock: left as they are (changed after the apply): %s\n", nameList(rep.Conflicts))
+	}
+	for i, e := range rep.Errors {
+		if i == 20 {
+			fmt.Fprintf(stderr, "airlock: ... and %d more errors\n", len(rep.Errors)-20)
+			break
+		}
+		fmt.Fprintf(stderr, "airlock: not rolled back: %s\n", quoteName(e))
+	}
+	if len(rep.Errors) > 0 {
+		fmt.Fprintf(stderr, "airlock: retry with: airlock review rollback %s\n", run.ID)
+		return exitError{1}
+	}
+	if err := run.SetRolledBack(); err != nil {
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+		return exitError{1}
+	}
+	fmt.Fprintf(stderr, "airlock: the sandbox's versions are in %s; airlock review discard %s drops them\n", run.RolledBackDir(), run.ID)
+	if len(rep.Conflicts) > 0 {
+		return exitError{1}
+	}
+	return nil
 }
 
 func reviewList(stdout, stderr io.Writer, asJSON bool) error {
@@ -403,13 +552,7 @@ func reviewList(stdout, stderr io.Writer, asJSON bool) error {
 	}
 	fmt.Fprintf(stdout, "%-16s  %-8s  %-20s  %s\n", "ID", "STATE", "STARTED", "WORKSPACE")
 	for _, l := range runs {
-		state := "applied"
-		switch {
-		case l.Busy:
-			state = "running"
-		case l.Pending:
-			state = "pending"
-		}
+		state := listState(l)
 		extra := ""
 		if l.Kept > 0 || l.Conflicts > 0 {
 			extra = fmt.Sprintf("  (kept %d, conflicts %d: %s)", l.Kept, l.Conflicts, l.Dir)
@@ -419,8 +562,8 @@ func reviewList(stdout, stderr io.Writer, asJSON bool) error {
 	return nil
 }
 
-func reviewApply(stderr io.Writer, id string) error {
-	run, err := workspace.Open(id)
+func reviewApply(stderr io.Writer, arg string) error {
+	run, err := openRunArg(arg, "pending", func(l workspace.Listed) bool { return l.Pending })
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock: %v\n", err)
 		return exitError{1}
@@ -428,6 +571,10 @@ func reviewApply(stderr io.Writer, id string) error {
 	defer run.Close()
 	if !run.Pending() {
 		fmt.Fprintf(stderr, "airlock: run %s has no pending changes (applied already); kept and conflicting files, if any, are in %s\n", run.ID, run.Dir)
+		return exitError{1}
+	}
+	if err := workspaceThere(run); err != nil {
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
 		return exitError{1}
 	}
 	// The sandbox of a killed airlock is ended by its reaper; apply only

@@ -67,7 +67,7 @@ environment is passed unless asked for.`,
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "host directory mounted read-write at /workspace (default: a fresh empty directory, removed afterwards)")
-	fl.StringVar(&f.workspaceMode, "workspace-mode", "overlay", "overlay: the sandbox writes to a copy-on-write layer over --workspace, applied when the command ends (protected paths kept aside); live: the directory itself, read-write (missing protected paths get placeholders)")
+	fl.StringVar(&f.workspaceMode, "workspace-mode", "", "apply (or overlay, the default): the sandbox writes to a copy-on-write layer over --workspace, applied when the command ends (protected paths kept aside); review: the same, applied once reviewed (as --review); live: the directory itself, read-write (missing protected paths get placeholders). Overrides the policy's workspace.mode")
 	fl.BoolVar(&f.review, "review", false, "with --workspace: apply nothing when the command ends; show the changes (a list and a diff on stderr) and ask, or keep them pending for airlock review")
 	fl.BoolVar(&f.reviewApply, "apply", false, "with --review: apply the changes after showing them")
 	fl.BoolVar(&f.reviewDiscard, "discard", false, "with --review: discard the changes after showing them")
@@ -219,6 +219,46 @@ func buildPolicy(f *runFlags) (*policy.Policy, error) {
 	return p, nil
 }
 
+// workspaceMode decides how the workspace is given to the sandbox: --review,
+// else --workspace-mode, else the policy's workspace.mode, else apply. It
+// sets f.review for a review from either source and refuses combinations
+// that cannot mean what they say.
+func workspaceMode(f *runFlags, p *policy.Policy) (string, error) {
+	mode := policy.WorkspaceApply
+	if p.WorkspaceMode != "" {
+		mode = p.WorkspaceMode
+	}
+	switch f.workspaceMode {
+	case "":
+	case "overlay", policy.WorkspaceApply:
+		mode = policy.WorkspaceApply
+	case policy.WorkspaceReview, policy.WorkspaceLive:
+		mode = f.workspaceMode
+	default:
+		return "", fmt.Errorf("--workspace-mode %s: want apply (or overlay), review or live", errdefs.Quote(f.workspaceMode))
+	}
+	switch {
+	case f.reviewApply && f.reviewDiscard:
+		return "", errors.New("--apply and --discard: choose one")
+	case (f.review || f.workspaceMode == policy.WorkspaceReview) && p.Workspace == "":
+		return "", errors.New("--review needs --workspace DIR (a fresh workspace is thrown away anyway)")
+	case f.review && f.workspaceMode != "" && mode != policy.WorkspaceReview:
+		return "", fmt.Errorf("--review needs the overlay workspace, not --workspace-mode %s", errdefs.Quote(f.workspaceMode))
+	case f.review:
+		mode = policy.WorkspaceReview
+	}
+	if mode == policy.WorkspaceReview && p.Workspace == "" {
+		// A review from the policy, with no host workspace: nothing of
+		// the sandbox lands anywhere, so there is nothing to review.
+		mode = policy.WorkspaceApply
+	}
+	if (f.reviewApply || f.reviewDiscard) && mode != policy.WorkspaceReview {
+		return "", errors.New("--apply and --discard go with --review (or workspace mode review)")
+	}
+	f.review = mode == policy.WorkspaceReview
+	return mode, nil
+}
+
 // uidPool resolves the pool the sandbox's host ids are leased from, as
 // root: flag, else $AIRLOCK_UID_POOL, else the host's default (see
 // uidpool.Resolve). Rootless there is none: root inside is the caller.
@@ -306,18 +346,12 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 	}
 	var wsRun *workspace.Run
 	sandboxMade := false
-	switch {
-	case f.reviewApply && f.reviewDiscard:
-		return fail(exitSetup, "--apply and --discard: choose one")
-	case (f.reviewApply || f.reviewDiscard) && !f.review:
-		return fail(exitSetup, "--apply and --discard go with --review")
-	case f.review && p.Workspace == "":
-		return fail(exitSetup, "--review needs --workspace DIR (a fresh workspace is thrown away anyway)")
-	case f.review && f.workspaceMode != "overlay":
-		return fail(exitSetup, "--review needs the overlay workspace, not --workspace-mode %s", errdefs.Quote(f.workspaceMode))
+	mode, err := workspaceMode(f, p)
+	if err != nil {
+		return fail(exitSetup, "%v", err)
 	}
-	switch f.workspaceMode {
-	case "overlay":
+	switch mode {
+	case policy.WorkspaceApply, policy.WorkspaceReview:
 		if p.Workspace == "" {
 			break
 		}
@@ -348,12 +382,14 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 				wsRun.Discard() // the command never ran: nothing to apply
 			}
 		}()
-	case "live":
+	case policy.WorkspaceLive:
 		if p.Workspace != "" {
-			fmt.Fprintf(stderr, "airlock: WARNING: --workspace-mode live: the sandbox writes to %s directly while it runs; protected paths that do not exist appear there as empty placeholder directories until it ends\n", p.Workspace)
+			src := "--workspace-mode live"
+			if f.workspaceMode == "" {
+				src = "workspace mode live (from the policy)"
+			}
+			fmt.Fprintf(stderr, "airlock: WARNING: %s: the sandbox writes to %s directly while it runs; protected paths that do not exist appear there as empty placeholder directories until it ends\n", src, p.Workspace)
 		}
-	default:
-		return fail(exitSetup, "--workspace-mode %s: want overlay or live", errdefs.Quote(f.workspaceMode))
 	}
 	tty := !f.noTTY && term.IsTerminal(int(os.Stdin.Fd()))
 	// With --review on a terminal, airlock asks on it at the end: the

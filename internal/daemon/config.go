@@ -282,6 +282,9 @@ func (c *Config) manager() (manager.Config, int64, error) {
 		if err != nil {
 			return mc, 0, fmt.Errorf("config: policies.%s: %v", name, err)
 		}
+		if p.WorkspaceMode != "" {
+			return mc, 0, fmt.Errorf("config: policies.%s: workspace.mode is for airlock run --workspace DIR; the daemon's sandboxes have no host workspace", name)
+		}
 		if p.Resources.Timeout != 0 {
 			return mc, 0, fmt.Errorf("config: policies.%s: resources.timeout does not apply to the daemon's sandboxes (they have a TTL)", name)
 		}

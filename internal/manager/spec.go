@@ -131,6 +131,8 @@ func apiPolicyAllowed(p *policy.Policy) error {
 		return invalid("policy: image names a host directory; use the image field with a configured image")
 	case p.Workspace != "":
 		return invalid("policy: workspace names a host directory, which API callers may not choose")
+	case p.WorkspaceMode != "":
+		return invalid("policy: workspace.mode is for airlock run --workspace DIR; the daemon's sandboxes have no host workspace")
 	case len(p.Filesystem.ReadOnly) > 0 || len(p.Filesystem.Writable) > 0 || len(p.Filesystem.Binds) > 0:
 		return invalid("policy: filesystem.read_only, writable and binds name host paths, which API callers may not choose; define a named policy in the daemon's configuration")
 	case len(p.Environment.Pass) > 0:

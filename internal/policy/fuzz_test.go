@@ -14,6 +14,7 @@ func FuzzParse(f *testing.F) {
 		"filesystem:\n  binds:\n    - {source: /a, target: /b, mode: rw}\n  protect: {add: [x/y], remove: [.idea]}\n",
 		"environment:\n  set: {A: \"1\", B: 'x y', C: \"\\u00e9\"}\n  pass: [TERM]\n",
 		"seccomp: {deny: [ptrace, chmod]}\n",
+		"workspace: {path: /w, mode: review}\n",
 		"a: &x [1]\nb: *x\n",
 		"filesystem: {deny: &d [/a], read_only: *d}\n",
 		"resources:\n  memory: 12XB\n",

@@ -69,7 +69,7 @@ func (p *Policy) Marshal() ([]byte, error) {
 	}
 	type file struct {
 		Image       string       `yaml:"image,omitempty"`
-		Workspace   string       `yaml:"workspace,omitempty"`
+		Workspace   any          `yaml:"workspace,omitempty"`
 		Runtime     string       `yaml:"runtime,omitempty"`
 		Filesystem  *filesystem  `yaml:"filesystem,omitempty"`
 		Resources   *resources   `yaml:"resources,omitempty"`
@@ -84,7 +84,17 @@ func (p *Policy) Marshal() ([]byte, error) {
 		}
 		return FormatSize(n)
 	}
-	f := file{Image: p.Image, Workspace: p.Workspace, Runtime: p.Runtime, Caches: p.Caches}
+	f := file{Image: p.Image, Runtime: p.Runtime, Caches: p.Caches}
+	switch {
+	case p.WorkspaceMode != "":
+		type workspace struct {
+			Path string `yaml:"path,omitempty"`
+			Mode string `yaml:"mode"`
+		}
+		f.Workspace = workspace{p.Workspace, p.WorkspaceMode}
+	case p.Workspace != "":
+		f.Workspace = p.Workspace
+	}
 	fs := p.Filesystem
 	if len(fs.ReadOnly)+len(fs.Writable)+len(fs.Deny)+len(fs.Binds)+len(fs.Protect.Add)+len(fs.Protect.Remove) > 0 {
 		f.Filesystem = &filesystem{ReadOnly: fs.ReadOnly, Writable: fs.Writable, Deny: fs.Deny}

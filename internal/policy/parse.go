@@ -127,6 +127,7 @@ func (d *decoder) document(data []byte) error {
 
 // Known keys, in the order error messages list them.
 var (
+	workspaceKeys  = []string{"path", "mode"}
 	topKeys        = []string{"image", "workspace", "runtime", "filesystem", "resources", "environment", "seccomp", "network", "caches"}
 	filesystemKeys = []string{"read_only", "writable", "deny", "binds", "protect"}
 	bindKeys       = []string{"source", "target", "mode"}
@@ -146,7 +147,20 @@ func (d *decoder) top(n *yaml.Node) error {
 		case "image":
 			p.Image, err = d.hostPath(v, key)
 		case "workspace":
-			p.Workspace, err = d.hostPath(v, key)
+			if deref(v).Kind != yaml.MappingNode {
+				p.Workspace, err = d.hostPath(v, key)
+				break
+			}
+			err = d.mapping(v, key, workspaceKeys, func(k, name string, v *yaml.Node) (err error) {
+				if name == "path" {
+					p.Workspace, err = d.hostPath(v, k)
+					return err
+				}
+				if p.WorkspaceMode, err = d.str(v, k); err == nil && p.WorkspaceMode == "" {
+					return d.errf(v, k, "empty workspace mode: want %s, %s or %s", WorkspaceApply, WorkspaceReview, WorkspaceLive)
+				}
+				return err
+			})
 		case "runtime":
 			p.Runtime, err = d.str(v, key)
 		case "filesystem":

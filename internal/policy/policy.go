@@ -32,6 +32,11 @@ type Policy struct {
 	// Workspace is the host directory mounted read-write at /workspace.
 	// "" means the CLI decides (normally --workspace or the current directory).
 	Workspace string
+	// WorkspaceMode is how `airlock run` gives the sandbox a host
+	// workspace: WorkspaceApply (or "", the same), WorkspaceReview or
+	// WorkspaceLive. In a file: workspace: {path: DIR, mode: MODE}.
+	// The daemon's sandboxes have no host workspace and refuse it.
+	WorkspaceMode string
 	// Runtime is the isolation backend: RuntimeNative (or "", the same)
 	// or RuntimeGVisor.
 	Runtime string
@@ -159,6 +164,18 @@ type Credential struct {
 const (
 	RuntimeNative = "native" // Linux namespaces, seccomp, Landlock, cgroups (the default)
 	RuntimeGVisor = "gvisor" // gVisor's runsc: a user-space kernel
+)
+
+// Workspace modes (workspace.mode), for airlock run --workspace DIR.
+const (
+	// WorkspaceApply: the sandbox writes to a copy-on-write layer over
+	// DIR, applied to DIR when the command ends (the default).
+	WorkspaceApply = "apply"
+	// WorkspaceReview: the same layer, applied only once reviewed
+	// (airlock run --review).
+	WorkspaceReview = "review"
+	// WorkspaceLive: the sandbox writes to DIR itself while it runs.
+	WorkspaceLive = "live"
 )
 
 // Network modes.

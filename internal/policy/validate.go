@@ -52,12 +52,21 @@ func (p *Policy) validatePaths() error {
 			return err
 		}
 	}
+	switch p.WorkspaceMode {
+	case "", WorkspaceApply, WorkspaceReview, WorkspaceLive:
+	default:
+		return p.errAt("workspace.mode", "unknown workspace mode %q: want %s (the default: changes applied when the command ends), %s (applied once reviewed) or %s (the directory itself, written while the command runs)", p.WorkspaceMode, WorkspaceApply, WorkspaceReview, WorkspaceLive)
+	}
 	if p.Workspace != "" {
-		if err := p.checkHostPath("workspace", p.Workspace); err != nil {
+		key := "workspace"
+		if _, ok := p.pos["workspace.path"]; ok {
+			key = "workspace.path"
+		}
+		if err := p.checkHostPath(key, p.Workspace); err != nil {
 			return err
 		}
 		if filepath.Clean(p.Workspace) == "/" {
-			return p.errAt("workspace", "refusing to use / as the workspace: it would make the whole host writable")
+			return p.errAt(key, "refusing to use / as the workspace: it would make the whole host writable")
 		}
 	}
 	fs := &p.Filesystem

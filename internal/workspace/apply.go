@@ -36,7 +36,7 @@ var xattrPrefixes = []string{"user.overlay.", "trusted.overlay."}
 // where the first stopped. It returns an error only when it could not start
 // (the workspace is gone or was replaced); a failure on one entry is in
 // Report.Errors.
-func (r *Run) Apply() (*Report, error) {
+func (r *Run) Apply() (rep *Report, retErr error) {
 	up, err := unix.Open(r.Upper(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: upper layer: %w", r.ID, err)
@@ -54,7 +54,20 @@ func (r *Run) Apply() (*Report, error) {
 	if uint64(st.Dev) != r.Dev || st.Ino != r.Ino {
 		return nil, fmt.Errorf("workspace %s is not the directory the run started with (it was replaced); nothing applied", r.Workspace)
 	}
-	a := &applier{run: r, rep: &Report{}, root: os.Geteuid() == 0}
+	j, err := r.openJournal()
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w; nothing applied", r.ID, err)
+	}
+	defer j.close()
+	a := &applier{run: r, rep: &Report{}, root: os.Geteuid() == 0, j: j}
+	defer func() {
+		if v := recover(); v != nil {
+			if v != errStopped {
+				panic(v)
+			}
+			rep, retErr = a.rep, errStopped
+		}
+	}()
 	a.dir(up, host, "")
 	for _, l := range [][]string{a.rep.Applied, a.rep.Deleted, a.rep.Kept, a.rep.Conflicts} {
 		sort.Strings(l)
@@ -66,6 +79,7 @@ type applier struct {
 	run  *Run
 	rep  *Report
 	root bool
+	j    *journal // nil: listing only
 }
 
 func (a *applier) fail(rel string, err error) {
@@ -152,14 +166,25 @@ func (a *applier) dir(up, host int, rel string) {
 					a.aside(up, name, p, a.run.Conflicts(), &a.rep.Conflicts)
 					continue
 				}
+				seq, err := a.j.before(host, name, p)
+				if err != nil {
+					a.fail(p, err)
+					continue
+				}
 				if err := unix.Unlinkat(host, name, 0); err != nil {
 					a.fail(p, err)
 					continue
 				}
+				a.j.done(seq, host, name)
 				exists = false
 			}
 			mode := uint32(ust.Mode & 0o1777)
+			seq := 0
 			if !exists {
+				if seq, err = a.j.before(host, name, p); err != nil {
+					a.fail(p, err)
+					continue
+				}
 				if err := unix.Mkdirat(host, name, mode); err != nil {
 					a.fail(p, err)
 					continue
@@ -171,12 +196,21 @@ func (a *applier) dir(up, host int, rel string) {
 				a.fail(p, err)
 				continue
 			}
+			var cst unix.Stat_t
 			if !exists {
 				a.own(child, a.run.UID, a.run.GID)
-			}
-			var cst unix.Stat_t
-			if unix.Fstat(child, &cst) == nil && uint32(cst.Mode&0o1777) != mode {
+				if unix.Fstat(child, &cst) == nil && uint32(cst.Mode&0o1777) != mode {
+					unix.Fchmod(child, mode)
+				}
+				a.j.done(seq, host, name)
+			} else if unix.Fstat(child, &cst) == nil && uint32(cst.Mode&0o1777) != mode {
+				if seq, err = a.j.before(host, name, p); err != nil {
+					unix.Close(child)
+					a.fail(p, err)
+					continue
+				}
 				unix.Fchmod(child, mode)
+				a.j.done(seq, host, name)
 			}
 			cup, err := unix.Openat(up, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			if err != nil {
@@ -217,10 +251,16 @@ func (a *applier) dir(up, host int, rel string) {
 			if exists && !hostIsDir {
 				uid, gid = int(hst.Uid), int(hst.Gid)
 			}
-			if err := a.place(up, host, name, &ust, uid, gid); err != nil {
+			seq, err := a.j.before(host, name, p)
+			if err != nil {
 				a.fail(p, err)
 				continue
 			}
+			if err := a.place(up, host, name, &ust, uid, gid, seq); err != nil {
+				a.fail(p, err)
+				continue
+			}
+			a.j.done(seq, host, name)
 			a.rep.Applied = append(a.rep.Applied, p)
 		default:
 			// FIFOs, sockets and devices are not brought to the host.
@@ -231,12 +271,13 @@ func (a *applier) dir(up, host int, rel string) {
 
 // place puts the upper entry name at host/name: by rename on the same
 // filesystem, else by a copy into a temporary name renamed over it.
-func (a *applier) place(up, host int, name string, ust *unix.Stat_t, uid, gid int) error {
+func (a *applier) place(up, host int, name string, ust *unix.Stat_t, uid, gid, seq int) error {
+	if err := a.j.expect(seq, ust.Ino); err != nil {
+		return err
+	}
 	err := unix.Renameat(up, name, host, name)
 	if errors.Is(err, unix.EXDEV) {
-		var rnd [6]byte
-		unix.Getrandom(rnd[:], 0)
-		tmp := fmt.Sprintf(".airlock-apply-%x", rnd)
+		tmp := tmpName()
 		if ust.Mode&unix.S_IFMT == unix.S_IFLNK {
 			target, rerr := readlinkat(up, name)
 			if rerr != nil {
@@ -245,6 +286,12 @@ func (a *applier) place(up, host int, name string, ust *unix.Stat_t, uid, gid in
 			err = unix.Symlinkat(target, host, tmp)
 		} else {
 			err = copyFile(up, host, name, tmp, uint32(ust.Mode&0o1777))
+		}
+		var tst unix.Stat_t
+		if err == nil {
+			if err = unix.Fstatat(host, tmp, &tst, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+				err = a.j.expect(seq, tst.Ino)
+			}
 		}
 		if err == nil {
 			if err = unix.Renameat(host, tmp, host, name); err == nil {
@@ -318,10 +365,16 @@ func (a *applier) remove(host int, name, rel string) bool {
 			a.rep.Conflicts = append(a.rep.Conflicts, rel+" (deleted in the sandbox, changed on the host: host's kept)")
 			return false
 		}
+		seq, err := a.j.before(host, name, rel)
+		if err != nil {
+			a.fail(rel, err)
+			return false
+		}
 		if err := unix.Unlinkat(host, name, 0); err != nil {
 			a.fail(rel, err)
 			return false
 		}
+		a.j.done(seq, host, name)
 		a.rep.Deleted = append(a.rep.Deleted, rel)
 		return true
 	}
@@ -341,10 +394,16 @@ func (a *applier) remove(host int, name, rel string) bool {
 	if !all {
 		return false
 	}
+	seq, err := a.j.before(host, name, rel)
+	if err != nil {
+		a.fail(rel, err)
+		return false
+	}
 	if err := unix.Unlinkat(host, name, unix.AT_REMOVEDIR); err != nil {
 		a.fail(rel, err)
 		return false
 	}
+	a.j.done(seq, host, name)
 	a.rep.Deleted = append(a.rep.Deleted, rel+"/")
 	return true
 }

@@ -49,6 +49,10 @@ type Meta struct {
 	// Applied: the changes were applied; what is left is kept/ and
 	// conflicts/ for the user to look at.
 	Applied bool `json:"applied,omitempty"`
+	// RolledBack: Rollback put the workspace back as it was before the
+	// apply; the sandbox's versions are in rolledback/ (and what was not
+	// applied yet in layer/upper) until the run is discarded.
+	RolledBack bool `json:"rolled_back,omitempty"`
 }
 
 // Run is one run's directory: meta.json, lock, layer/{upper,work}, kept/,
@@ -100,6 +104,9 @@ func RootPath() string {
 
 // ErrBusy: the run is still held by the airlock that made it.
 var ErrBusy = errors.New("the run is still in progress")
+
+// ErrNoRun: there is no run of that id.
+var ErrNoRun = errors.New("no such run (see airlock review)")
 
 // Create makes a run for workspace ws (an absolute path): the layer
 // directory with upper/ and work/ owned by the workspace's owner (so that
@@ -188,7 +195,7 @@ func (r *Run) Conflicts() string { return filepath.Join(r.Dir, "conflicts") }
 // Pending reports whether the run has changes that were neither applied
 // nor discarded.
 func (r *Run) Pending() bool {
-	if r.Applied {
+	if r.Applied || r.RolledBack {
 		return false
 	}
 	_, err := os.Lstat(r.Upper())
@@ -235,7 +242,7 @@ func List() ([]Listed, error) {
 		if err != nil {
 			continue
 		}
-		l := Listed{Meta: r.Meta, Dir: r.Dir, Pending: r.Pending()}
+		l := Listed{Meta: r.Meta, Dir: r.Dir, Pending: r.Pending(), Undoable: !r.RolledBack && r.HasJournal()}
 		if err := r.lockNB(); errors.Is(err, ErrBusy) {
 			l.Busy = true
 		}
@@ -256,6 +263,8 @@ type Listed struct {
 	Busy      bool   `json:"running"`
 	Kept      int    `json:"kept"`
 	Conflicts int    `json:"conflicts"`
+	// Undoable: airlock review rollback can undo what was applied.
+	Undoable bool `json:"rollback"`
 }
 
 // PendingRuns lists the runs left pending by an airlock that is gone.
@@ -288,7 +297,10 @@ func (r *Run) Close() {
 }
 
 // Finish ends an applied run: its layer is removed, and so is the whole
-// run when nothing was kept aside.
+// run when nothing was kept aside and nothing applied. The journal of what
+// was applied stays for Rollback, for the workspace's latest apply only:
+// older applied runs of the same workspace lose theirs (and go, unless
+// they kept something aside).
 func (r *Run) Finish(rep *Report) error {
 	r.Applied = true
 	if err := r.save(); err != nil {
@@ -297,11 +309,40 @@ func (r *Run) Finish(rep *Report) error {
 	if err := removeAll(r.Layer()); err != nil {
 		return err
 	}
-	if len(rep.Kept) == 0 && len(rep.Conflicts) == 0 {
+	r.pruneOlder()
+	if len(rep.Kept) == 0 && len(rep.Conflicts) == 0 && !r.HasJournal() {
 		r.Close()
 		return removeAll(r.Dir)
 	}
 	return nil
+}
+
+// SetRolledBack records a rollback.
+func (r *Run) SetRolledBack() error {
+	r.RolledBack = true
+	return r.save()
+}
+
+// pruneOlder drops the journals of the workspace's other applied runs.
+func (r *Run) pruneOlder() {
+	others, err := List()
+	if err != nil {
+		return
+	}
+	for _, l := range others {
+		if l.ID == r.ID || l.Dev != r.Dev || l.Ino != r.Ino || !(l.Applied || l.RolledBack) || l.Busy {
+			continue
+		}
+		o, err := Open(l.ID)
+		if err != nil {
+			continue
+		}
+		removeAll(o.Journal())
+		if countFiles(o.Kept())+countFiles(o.Conflicts())+countFiles(o.RolledBackDir()) == 0 && !o.RolledBack {
+			removeAll(o.Dir)
+		}
+		o.Close()
+	}
 }
 
 // SetReview records that the run waits for a review.
@@ -341,7 +382,7 @@ func (r *Run) save() error {
 func load(dir string) (*Run, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("no run %s (see airlock review)", filepath.Base(dir))
+		return nil, fmt.Errorf("run %s: %w", filepath.Base(dir), ErrNoRun)
 	}
 	if err != nil {
 		return nil, err
@@ -378,6 +419,31 @@ func removeAll(dir string) error {
 	})
 	return os.RemoveAll(dir)
 }
+
+// ForWorkspace lists the runs whose workspace is dir: the same path, or
+// the same directory (device and inode) when dir exists.
+func ForWorkspace(dir string) ([]Listed, error) {
+	all, err := List()
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	exists := unix.Stat(abs, &st) == nil
+	var out []Listed
+	for _, l := range all {
+		if filepath.Clean(l.Workspace) == abs || (exists && uint64(st.Dev) == l.Dev && st.Ino == l.Ino) {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// IsID reports whether s has the form of a run id.
+func IsID(s string) bool { return isID(s) }
 
 func isID(s string) bool {
 	if len(s) != 16 {
