@@ -15,6 +15,7 @@ type Tracker struct {
 
 	members map[int]*member     // processes of the sandbox by host tgid
 	pending map[int][]*inflight // execs answered, outcome not yet known, by tgid
+	lost    bool                // the connector has dropped events
 }
 
 type member struct {
@@ -99,7 +100,9 @@ func (t *Tracker) Exec(at uint64, tgid int) {
 		}
 	}
 	if win < 0 {
-		if m, ok := t.members[tgid]; ok && !m.quiet {
+		if m, ok := t.members[tgid]; ok && !m.quiet && !t.lost {
+			// (After a loss, this is the outcome of a call already
+			// settled as unconfirmed.)
 			// An exec the listener never saw: must not happen; say so.
 			t.emit(&Event{Type: TypeLoss, Time: t.wall(at), Pid: m.nsPid, HostPid: tgid,
 				Reason: "the proc connector reported an exec that no seccomp notification announced"})
@@ -148,6 +151,7 @@ func (t *Tracker) Exit(at uint64, pid, tgid int, code uint32) {
 // Loss is a connector overflow: events were dropped. Every exec in flight
 // is unconfirmed from here on.
 func (t *Tracker) Loss(at uint64, reason string) {
+	t.lost = true
 	t.emit(&Event{Type: TypeLoss, Time: t.wall(at), Reason: reason})
 	for tg, list := range t.pending {
 		for _, p := range list {
