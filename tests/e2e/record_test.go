@@ -403,3 +403,48 @@ func TestRecordFailClosed(t *testing.T) {
 		t.Errorf("control: %+v", evs)
 	}
 }
+
+// TestPolicySuggest: a policy suggested from a record allows the same
+// workload when rerun, and refuses what the recording never reached (and
+// what was denied in it).
+func TestPolicySuggest(t *testing.T) {
+	needRoot(t)
+	w := newEgressWorld(t)
+	file := filepath.Join(t.TempDir(), "rec.jsonl")
+	workload := fmt.Sprintf(`curl -s -m 10 http://api.test:%[1]s/work; echo
+curl -s -m 10 -o /dev/null -w 'other %%{http_code}\n' http://other.test:%[1]s/`, w.httpPort)
+	r := sh(t, opts{}, w.flags("--record", file, "--net-allow", "api.test", "--net-allow", "127.0.0.1"), workload)
+	mustOK(t, r, "recorded run")
+	if !strings.Contains(r.stdout, "hello api.test") || !strings.Contains(r.stdout, "other 403") {
+		t.Fatalf("recorded run: %s", r)
+	}
+	out := airlock(t, opts{}, "policy", "suggest", "--from", file)
+	mustOK(t, out, "policy suggest")
+	pol := out.stdout
+	for _, want := range []string{"mode: allowlist", `"api.test:` + w.httpPort + `"`, `"127.0.0.1:` + w.httpPort + `"`, "other.test:" + w.httpPort + " (1x", "memory:", "pids:", "/usr/bin/curl"} {
+		if !strings.Contains(pol, want) {
+			t.Errorf("suggestion lacks %q:\n%s", want, pol)
+		}
+	}
+	pf := filepath.Join(t.TempDir(), "suggested.yaml")
+	os.WriteFile(pf, []byte(pol), 0o644)
+	// The same workload under the suggestion alone (plus the test's host
+	// map and workspace, which are flags and not in a record).
+	r = sh(t, opts{}, w.flags("--policy", pf), workload+fmt.Sprintf(`
+curl -s -m 10 -o /dev/null -w 'never %%{http_code}\n' http://example.com:%[1]s/`, w.httpPort))
+	mustOK(t, r, "rerun under the suggestion")
+	for _, want := range []string{"hello api.test:" + w.httpPort + " /work", "other 403", "never 403"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("rerun: %q missing:\n%s", want, r)
+		}
+	}
+	// Bad input: a file that is not a record.
+	bad := filepath.Join(t.TempDir(), "bad")
+	os.WriteFile(bad, []byte("hello\n"), 0o644)
+	if r := airlock(t, opts{}, "policy", "suggest", "--from", bad); r.code == 0 || !strings.Contains(r.stderr, "line 1") {
+		t.Errorf("not a record: %s", r)
+	}
+	if r := airlock(t, opts{}, "policy", "suggest", "--from", filepath.Join(t.TempDir(), "missing")); r.code == 0 || r.stdout != "" {
+		t.Errorf("missing record: %s", r)
+	}
+}
