@@ -2,7 +2,7 @@
 export CGO_ENABLED := 0
 GO ?= go
 
-.PHONY: build install-runsc test unit e2e bench bench-serve bench-e2b bench-egress bench-cache serve fmt vet lint clean
+.PHONY: build install-runsc test unit e2e bench bench-serve bench-e2b bench-egress bench-cache bench-record serve fmt vet lint clean
 
 # airlock embeds the sandbox init (cmd/airlock-init, internal/initbin): a
 # small program that links only the sandbox code, started as every sandbox's
@@ -50,6 +50,11 @@ bench-egress:
 # A go build in a fresh sandbox, without and with --cache go (median times).
 bench-cache: build
 	$(GO) run ./cmd/airlock-bench cache -n 5
+
+# airlock run without and with --record (as root): 500 execs, a warm go
+# build, `true`.
+bench-record: build
+	$(GO) run ./cmd/airlock-bench record -n 10
 
 # Run the daemon from the checkout (as root: /run/airlock/airlock.sock).
 serve: build

@@ -70,6 +70,8 @@ type Recorder struct {
 	cgroups  []string
 	started  bool
 	stop     chan struct{}
+	wakeR    int // read end of a pipe closed by Stop: wakes the polls at once
+	wakeW    int
 	wg       sync.WaitGroup
 	notifEnd chan struct{}
 	usageEnd chan struct{}
@@ -82,6 +84,12 @@ func Open(w io.Writer) (*Recorder, error) {
 		return nil, fmt.Errorf("proc connector: %w", err)
 	}
 	r := &Recorder{w: NewWriter(w), conn: c, stop: make(chan struct{}), notifEnd: make(chan struct{}), usageEnd: make(chan struct{})}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		c.Close()
+		return nil, err
+	}
+	r.wakeR, r.wakeW = p[0], p[1]
 	r.off = time.Now().UnixNano() - int64(mono())
 	r.tr = NewTracker(r.w.Write, r.wall)
 	return r, nil
@@ -142,8 +150,8 @@ func (r *Recorder) connLoop() {
 			return
 		default:
 		}
-		fds := []unix.PollFd{{Fd: int32(r.conn.fd), Events: unix.POLLIN}}
-		unix.Poll(fds, 100)
+		fds := []unix.PollFd{{Fd: int32(r.conn.fd), Events: unix.POLLIN}, {Fd: int32(r.wakeR), Events: unix.POLLIN}}
+		unix.Poll(fds, -1)
 		r.mu.Lock()
 		if !r.finished {
 			r.drainLocked()
@@ -163,8 +171,11 @@ func (r *Recorder) notifLoop() {
 			return
 		default:
 		}
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		if _, err := unix.Poll(fds, 100); err != nil && !errors.Is(err, unix.EINTR) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(r.wakeR), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != nil && !errors.Is(err, unix.EINTR) {
+			return
+		}
+		if fds[1].Revents != 0 {
 			return
 		}
 		if fds[0].Revents&unix.POLLIN == 0 {
@@ -385,6 +396,8 @@ func (r *Recorder) Stop() {
 	default:
 	}
 	close(r.stop)
+	unix.Close(r.wakeW)
+	defer unix.Close(r.wakeR)
 	if r.started {
 		r.wg.Wait()
 		<-r.usageEnd
