@@ -448,3 +448,20 @@ curl -s -m 10 -o /dev/null -w 'never %%{http_code}\n' http://example.com:%[1]s/`
 		t.Errorf("missing record: %s", r)
 	}
 }
+
+// TestRecordOffByDefault: without --record the sandbox's processes have
+// the policy's filter only; with it, the exec notify filter too.
+func TestRecordOffByDefault(t *testing.T) {
+	needRoot(t)
+	r := sh(t, opts{}, nil, `grep Seccomp_filters /proc/self/status`)
+	mustOK(t, r, "plain run")
+	if strings.TrimSpace(r.stdout) != "Seccomp_filters:\t1" {
+		t.Errorf("without --record: %q", r.stdout)
+	}
+	file := filepath.Join(t.TempDir(), "rec.jsonl")
+	r = sh(t, opts{}, []string{"--record", file}, `grep Seccomp_filters /proc/self/status`)
+	mustOK(t, r, "recorded run")
+	if strings.TrimSpace(r.stdout) != "Seccomp_filters:\t2" {
+		t.Errorf("with --record: %q", r.stdout)
+	}
+}
