@@ -21,6 +21,10 @@ func ExecNotifyFilter() ([]SockFilter, error) {
 	if err != nil {
 		return nil, err
 	}
+	return execNotifyFor(a)
+}
+
+func execNotifyFor(a *archInfo) ([]SockFilter, error) {
 	tab := a.syscalls()
 	execve, ok1 := tab["execve"]
 	execveat, ok2 := tab["execveat"]
