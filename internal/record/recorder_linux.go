@@ -1,6 +1,8 @@
 package record
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -242,11 +244,12 @@ func (r *Recorder) readCall(fd int, n *seccompNotif) *Notification {
 		e.Syscall = "execve"
 		pathPtr, argvPtr = n.Args[0], n.Args[1]
 	}
-	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", tid))
+	f, err := os.Open(fmt.Sprintf("/proc/%d/mem", tid))
 	if err == nil {
-		e.Path, _, _ = readString(mem, pathPtr, maxPathBytes)
-		e.Argv, e.ArgvTruncated = readArgv(mem, argvPtr)
-		mem.Close()
+		mem := &memReader{f: f, pages: map[uint64][]byte{}}
+		e.Path, _, _ = mem.readString(pathPtr, maxPathBytes)
+		e.Argv, e.ArgvTruncated = mem.readArgv(argvPtr)
+		f.Close()
 	} else {
 		e.ArgvTruncated = true
 		e.Error = "reading the caller's memory: " + err.Error()
@@ -290,58 +293,85 @@ func pathTarget(tid int, path string, dirfd int32, flags uint64) string {
 	return ""
 }
 
-// readString reads a NUL-terminated string at addr, page by page, at
-// most max bytes (truncated reports a longer one).
-func readString(mem *os.File, addr uint64, max int) (s string, truncated bool, err error) {
+// memReader reads the caller's memory through /proc/PID/mem a page at a
+// time, keeping the pages it read: argv's pointers and strings usually
+// share one or two pages, so an exec costs a few reads, not one per
+// argument.
+type memReader struct {
+	f     *os.File
+	pages map[uint64][]byte
+}
+
+const pageSize = 4096
+
+func (m *memReader) page(base uint64) ([]byte, error) {
+	if p, ok := m.pages[base]; ok {
+		return p, nil
+	}
+	if len(m.pages) >= (maxArgvBytes+maxPathBytes)/pageSize+64 {
+		return nil, errors.New("too many pages")
+	}
+	buf := make([]byte, pageSize)
+	n, err := m.f.ReadAt(buf, int64(base))
+	if n == 0 {
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	m.pages[base] = buf[:n]
+	return buf[:n], nil
+}
+
+// readString reads a NUL-terminated string at addr, at most max bytes
+// (truncated reports a longer one).
+func (m *memReader) readString(addr uint64, max int) (s string, truncated bool, err error) {
 	if addr == 0 {
 		return "", false, nil
 	}
 	var out []byte
-	buf := make([]byte, 4096)
 	for len(out) < max {
-		chunk := 4096 - int(addr%4096)
-		if chunk > max-len(out) {
-			chunk = max - len(out)
-		}
-		n, err := mem.ReadAt(buf[:chunk], int64(addr))
-		if n == 0 && err != nil {
+		base := addr &^ (pageSize - 1)
+		p, err := m.page(base)
+		if err != nil {
 			return string(out), true, err
 		}
-		if i := indexByte(buf[:n], 0); i >= 0 {
-			return string(append(out, buf[:i]...)), false, nil
+		off := int(addr - base)
+		if off >= len(p) {
+			return string(out), true, io.ErrUnexpectedEOF
 		}
-		out = append(out, buf[:n]...)
-		addr += uint64(n)
+		chunk := p[off:]
+		if len(chunk) > max-len(out) {
+			chunk = chunk[:max-len(out)]
+		}
+		if i := bytes.IndexByte(chunk, 0); i >= 0 {
+			return string(append(out, chunk[:i]...)), false, nil
+		}
+		out = append(out, chunk...)
+		addr += uint64(len(chunk))
 	}
 	return string(out), true, nil
 }
 
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
-}
-
 // readArgv reads a NULL-terminated array of string pointers.
-func readArgv(mem *os.File, addr uint64) ([]string, bool) {
+func (m *memReader) readArgv(addr uint64) ([]string, bool) {
 	if addr == 0 {
 		return []string{}, false
 	}
 	argv := []string{}
 	total := 0
-	var p [8]byte
 	for i := 0; i < maxArgs; i++ {
-		if _, err := mem.ReadAt(p[:], int64(addr)+int64(8*i)); err != nil {
+		a := addr + uint64(8*i)
+		base := a &^ (pageSize - 1)
+		p, err := m.page(base)
+		if err != nil || int(a-base)+8 > len(p) {
 			return argv, true
 		}
-		ptr := *(*uint64)(unsafe.Pointer(&p[0]))
+		ptr := binary.NativeEndian.Uint64(p[a-base:])
 		if ptr == 0 {
 			return argv, false
 		}
-		s, trunc, err := readString(mem, ptr, maxArgvBytes-total)
+		s, trunc, err := m.readString(ptr, maxArgvBytes-total)
 		argv = append(argv, s)
 		total += len(s)
 		if trunc || err != nil {
