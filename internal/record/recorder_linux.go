@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,13 +160,28 @@ func (r *Recorder) connLoop() {
 			r.drainLocked()
 		}
 		r.mu.Unlock()
+		// Batch: the connector reports every process event of the host,
+		// and the socket's buffer holds tens of thousands; waking for
+		// each one would cost more than reading them a few ms later.
+		// (A notification drains the socket itself before it is read.)
+		select {
+		case <-r.stop:
+			return
+		case <-time.After(connBatch):
+		}
 	}
 }
+
+// connBatch is how long the connector's reader waits between drains.
+const connBatch = 5 * time.Millisecond
 
 // notifLoop answers every exec notification after recording it. It ends
 // when the filter has no users left (the sandbox is gone) or on Stop.
 func (r *Recorder) notifLoop() {
 	defer close(r.notifEnd)
+	// One thread waits and answers: no hand-off between threads per exec.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	fd := int(r.listener.Fd())
 	for {
 		select {
@@ -213,7 +229,7 @@ func (r *Recorder) notifLoop() {
 // from its memory, cwd and parent from /proc. Then it checks that the
 // notification is still valid (the kernel's advice: the pid could have
 // been reused by then) and takes the time before the caller is let go.
-func (r *Recorder) readCall(fd int, n *seccompNotif) *Notification {
+func (r *Recorder) readCall(listener int, n *seccompNotif) *Notification {
 	tid := int(n.Pid)
 	e := &Event{Type: TypeExec, Time: time.Now().UTC(), HostPid: tid}
 	st := readStatus(tid)
@@ -233,7 +249,7 @@ func (r *Recorder) readCall(fd int, n *seccompNotif) *Notification {
 			e.PPid = pst.nsPid
 		}
 	}
-	e.Cwd, _ = os.Readlink(fmt.Sprintf("/proc/%d/cwd", tid))
+	e.Cwd = readlinkRaw("/proc/" + strconv.Itoa(tid) + "/cwd")
 
 	var pathPtr, argvPtr uint64
 	dirfd, flags := int32(unix.AT_FDCWD), uint64(0)
@@ -244,12 +260,12 @@ func (r *Recorder) readCall(fd int, n *seccompNotif) *Notification {
 		e.Syscall = "execve"
 		pathPtr, argvPtr = n.Args[0], n.Args[1]
 	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/mem", tid))
+	memFD, err := unix.Open("/proc/"+strconv.Itoa(tid)+"/mem", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err == nil {
-		mem := &memReader{f: f, pages: map[uint64][]byte{}}
+		mem := &memReader{f: rawMem(memFD), pages: map[uint64][]byte{}}
 		e.Path, _, _ = mem.readString(pathPtr, maxPathBytes)
 		e.Argv, e.ArgvTruncated = mem.readArgv(argvPtr)
-		f.Close()
+		unix.Close(memFD)
 	} else {
 		e.ArgvTruncated = true
 		e.Error = "reading the caller's memory: " + err.Error()
@@ -257,7 +273,7 @@ func (r *Recorder) readCall(fd int, n *seccompNotif) *Notification {
 	e.PathTarget = pathTarget(tid, e.Path, dirfd, flags)
 
 	id := n.ID
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), ioctlIDValid, uintptr(unsafe.Pointer(&id))); errno != 0 {
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(listener), ioctlIDValid, uintptr(unsafe.Pointer(&id))); errno != 0 {
 		return &Notification{Tid: tid, Tgid: tgid, NoMatch: true}
 	}
 	return &Notification{At: mono(), Tid: tid, Tgid: tgid, Event: e}
@@ -268,11 +284,7 @@ func (r *Recorder) readCall(fd int, n *seccompNotif) *Notification {
 // and /proc/self/fd/N-style paths. Empty for an ordinary path.
 func pathTarget(tid int, path string, dirfd int32, flags uint64) string {
 	fdLink := func(fd string) string {
-		t, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", tid, fd))
-		if err != nil {
-			return ""
-		}
-		return t
+		return readlinkRaw(fmt.Sprintf("/proc/%d/fd/%s", tid, fd))
 	}
 	if path == "" && flags&unix.AT_EMPTY_PATH != 0 {
 		return fdLink(strconv.Itoa(int(dirfd)))
@@ -298,7 +310,9 @@ func pathTarget(tid int, path string, dirfd int32, flags uint64) string {
 // share one or two pages, so an exec costs a few reads, not one per
 // argument.
 type memReader struct {
-	f     *os.File
+	f interface {
+		ReadAt([]byte, int64) (int, error)
+	}
 	pages map[uint64][]byte
 }
 
@@ -381,17 +395,58 @@ func (m *memReader) readArgv(addr uint64) ([]string, bool) {
 	return argv, true
 }
 
+// The per-exec reads use raw syscalls: os.File would register each
+// /proc file with the runtime's poller (fcntl, epoll_ctl) for nothing.
+
+func readFileRaw(path string, buf []byte) (int, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if m <= 0 || err != nil {
+			break
+		}
+		n += m
+	}
+	return n, nil
+}
+
+func readlinkRaw(path string) string {
+	var buf [4096]byte
+	n, err := unix.Readlink(path, buf[:])
+	if err != nil || n < 0 {
+		return ""
+	}
+	return string(buf[:n])
+}
+
+// rawMem is a caller's /proc/PID/mem opened without the runtime's poller.
+type rawMem int
+
+func (m rawMem) ReadAt(b []byte, off int64) (int, error) {
+	n, err := unix.Pread(int(m), b, off)
+	if n < 0 {
+		n = 0
+	}
+	return n, err
+}
+
 type procStatus struct {
 	tgid, ppid, nsPid, levels int
 }
 
 func readStatus(pid int) procStatus {
 	var st procStatus
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	var buf [4096]byte
+	n, err := readFileRaw("/proc/"+strconv.Itoa(pid)+"/status", buf[:])
 	if err != nil {
 		return st
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(string(buf[:n]), "\n") {
 		k, v, ok := strings.Cut(line, ":")
 		if !ok {
 			continue
