@@ -2,7 +2,7 @@
 export CGO_ENABLED := 0
 GO ?= go
 
-.PHONY: build install-runsc test unit e2e bench bench-serve bench-e2b bench-egress bench-cache bench-review serve fmt vet lint clean
+.PHONY: build install-runsc test unit e2e bench bench-serve bench-e2b bench-egress bench-cache bench-review bench-record serve fmt vet lint clean
 
 # airlock embeds the sandbox init (cmd/airlock-init, internal/initbin): a
 # small program that links only the sandbox code, started as every sandbox's
@@ -55,6 +55,11 @@ bench-cache: build
 # 100k-file workspace (see cmd/airlock-bench/review.go).
 bench-review: build
 	$(GO) run ./cmd/airlock-bench review -n 30
+
+# airlock run without and with --record (as root): 500 execs, a warm go
+# build, `true`.
+bench-record: build
+	$(GO) run ./cmd/airlock-bench record -n 10
 
 # Run the daemon from the checkout (as root: /run/airlock/airlock.sock).
 serve: build

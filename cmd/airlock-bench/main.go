@@ -192,6 +192,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "egress" {
 		os.Exit(runEgress(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "record" {
+		os.Exit(runRecord(os.Args[2:])) // record.go
+	}
 	if len(os.Args) > 1 && os.Args[1] == "cache" {
 		os.Exit(runCache(os.Args[2:])) // cache.go
 	}

@@ -13,12 +13,13 @@ import (
 	"github.com/airlock-dev/airlock/internal/egress/gateway"
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/record"
 	"github.com/airlock-dev/airlock/internal/runtime"
 )
 
 // startEgress serves the sandbox's proxy listeners with a gateway enforcing
 // the policy's network rules, logging every connection and request.
-func startEgress(sb runtime.Sandbox, p *policy.Policy, setup *egress.Setup, f *runFlags, stderr io.Writer) (*egress.Gateway, error) {
+func startEgress(sb runtime.Sandbox, p *policy.Policy, setup *egress.Setup, f *runFlags, rec *record.Recorder, stderr io.Writer) (*egress.Gateway, error) {
 	hosts, err := parseHosts(f.addHosts)
 	if err != nil {
 		return nil, err
@@ -35,6 +36,9 @@ func startEgress(sb runtime.Sandbox, p *policy.Policy, setup *egress.Setup, f *r
 		logw = stderr
 	}
 	audit := func(r gateway.Record) {
+		if rec != nil {
+			rec.Write(netEvent(r))
+		}
 		if logw == nil {
 			return
 		}
@@ -47,6 +51,14 @@ func startEgress(sb runtime.Sandbox, p *policy.Policy, setup *egress.Setup, f *r
 	// (host.airlock.internal:PORT).
 	return egress.Start(sb, p.Network, egress.Options{Sandbox: sb.ID(), Hosts: hosts, Audit: audit, Setup: setup,
 		Host: egress.HostAccess{AnyPort: true}})
+}
+
+// netEvent is the activity record's form of one audit record.
+func netEvent(r gateway.Record) *record.Event {
+	allowed := r.Allowed
+	d := float64(r.Duration.Microseconds()) / 1000
+	return &record.Event{Type: record.TypeNet, Time: r.Time.UTC(), Proto: r.Proto, Method: r.Method, Host: r.Host, Port: r.Port,
+		Addr: r.Addr, URLPath: r.Path, Allowed: &allowed, Rule: r.Rule, Error: r.Error, BytesUp: r.BytesUp, BytesDown: r.BytesDown, DurationMS: &d}
 }
 
 // auditLine is the JSON form of one audit record.

@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/record"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/sandbox"
@@ -47,6 +48,7 @@ type runFlags struct {
 	caches                                     []string
 	workspaceMode                              string
 	review, reviewApply, reviewDiscard         bool
+	record                                     string
 }
 
 func newRunCmd() *cobra.Command {
@@ -102,6 +104,7 @@ environment is passed unless asked for.`,
 	fl.StringArrayVar(&f.netDeny, "net-deny", nil, "deny egress to HOST[:PORT]; deny wins over allow (repeatable)")
 	fl.StringArrayVar(&f.addHosts, "add-host", nil, "NAME:IP the egress gateway resolves NAME to, before DNS (repeatable)")
 	fl.StringArrayVar(&f.secrets, "secret", nil, "VAR@HOST[,HOST...]: the sandbox sees a placeholder in $VAR; the egress gateway swaps in the value of your $VAR on HTTPS requests to HOST only (repeatable)")
+	fl.StringVar(&f.record, "record", "", "as root, native runtime: write the activity record to FILE as JSON lines (every exec with argv, cwd and parent, exits, network requests, resource use; see README \"Activity record\"); FILE must be outside anything the sandbox sees")
 	fl.StringVar(&f.netLog, "net-log", "", "append every egress connection and request to FILE as JSON lines (default: stderr with -v)")
 	fl.BoolVar(&f.noTTY, "no-tty", false, "never allocate a terminal, even when stdin is one")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "report the isolation layers applied and setup timings")
@@ -408,6 +411,18 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		return fail(exitSetup, "%v", err)
 	}
 	var setup *egress.Setup
+	var rec *record.Recorder
+	if f.record != "" {
+		// Everything the record needs is checked and subscribed before the
+		// sandbox exists: if it cannot be set up, nothing runs.
+		var rf *os.File
+		if rec, rf, err = openRecord(f.record, p, insecure, caches, native.DefaultStateRoot()+"-egress"); err != nil {
+			return fail(exitSetup, "record: %v", err)
+		}
+		defer rf.Close()
+		defer rec.Stop()
+		spec.RecordExec = true
+	}
 	if sandbox.HasNetwork(p) {
 		// The sandbox's CA and credentials: files outside the sandbox
 		// (beside the runtime's state, not in a temporary directory a
@@ -457,8 +472,42 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 			retErr = finishRun(stderr, wsRun, retErr, f, ask)
 		}()
 	}
+	if rec != nil {
+		rs, ok := sb.(recordSandbox)
+		var l *os.File
+		if ok {
+			l = rs.ExecListener()
+		}
+		if l == nil {
+			return fail(exitSetup, "record: the %s runtime handed over no exec listener", sb.Info().Runtime)
+		}
+		rec.Write(&record.Event{Type: record.TypeStart, Time: time.Now().UTC(), Version: record.SchemaVersion, Sandbox: sb.ID(), Command: argv})
+		rec.Start(l, rs.InitPid(), sb.Info().CgroupPaths, time.Second)
+		// After Destroy (registered later, so it runs earlier): every
+		// process of the sandbox is gone and its events are queued.
+		defer func() {
+			sb.Destroy(ctx)
+			rec.Stop()
+			end := &record.Event{Type: record.TypeEnd, Time: time.Now().UTC(), Sandbox: sb.ID()}
+			var ee exitError
+			code := 0
+			if errors.As(retErr, &ee) {
+				code = ee.code
+			} else if retErr != nil {
+				code = 1
+			}
+			end.Code = &code
+			rec.Write(end)
+			if err := rec.Err(); err != nil {
+				fmt.Fprintf(stderr, "airlock: record: writing %s: %v\n", f.record, err)
+				if retErr == nil {
+					retErr = exitError{exitSetup}
+				}
+			}
+		}()
+	}
 	if sandbox.HasNetwork(p) {
-		gw, err := startEgress(sb, p, setup, f, stderr)
+		gw, err := startEgress(sb, p, setup, f, rec, stderr)
 		if err != nil {
 			return fail(exitSetup, "egress gateway: %v", err)
 		}
@@ -575,6 +624,9 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 	for {
 		select {
 		case st := <-waitc:
+			if rec != nil {
+				rec.Sample() // the last sample, before the cgroup goes
+			}
 			t1 := time.Now()
 			sb.Destroy(ctx)
 			if f.verbose {

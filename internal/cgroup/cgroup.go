@@ -51,6 +51,10 @@ type Limits struct {
 	// CPU is the CPU bandwidth in cores (1.5 = one and a half cores);
 	// 0 = no limit. Implemented as a CFS quota with period CPUPeriod.
 	CPU float64
+	// CPUAccounting joins the v1 cpuacct hierarchy (for cpuacct.usage;
+	// v2's cpu.stat always has usage_usec). Off by default: like cpu, a
+	// hierarchy of its own costs every start and teardown on v1.
+	CPUAccounting bool
 }
 
 // Validate reports limits that can never be applied.

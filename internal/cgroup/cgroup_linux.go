@@ -283,12 +283,15 @@ func cpuQuota(cores float64) int64 { return int64(math.Round(cores * CPUPeriod))
 // cmd/airlock-bench), for nothing when there is no quota to enforce.
 func newV1(lo *layout, parent string, parts []string, l Limits) (*Cgroup, error) {
 	required := append(l.controllers(), "freezer")
+	if l.CPUAccounting {
+		required = append(required, "cpuacct")
+	}
 	var dirs []ctlDir
 	var bases []string
 	byPoint := map[string]int{}
 	for _, c := range v1Wanted {
 		m := lo.v1[c]
-		if c == "cpu" && !contains(required, c) {
+		if (c == "cpu" || c == "cpuacct") && !contains(required, c) {
 			continue
 		}
 		if m == nil {

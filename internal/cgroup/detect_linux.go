@@ -14,7 +14,7 @@ import (
 )
 
 // v1Wanted are the v1 controllers airlock joins, in this order.
-var v1Wanted = []string{"memory", "pids", "cpu", "freezer"}
+var v1Wanted = []string{"memory", "pids", "cpu", "cpuacct", "freezer"}
 
 // v2Wanted are the v2 controllers airlock's limits use.
 var v2Wanted = []string{"memory", "pids", "cpu"}

@@ -233,6 +233,12 @@ type Spec struct {
 	// connects to them reaches the caller, e.g. the egress gateway.
 	Listen []string
 
+	// RecordExec: the init adds a seccomp filter that sends every execve
+	// and execveat to a listener handed to the supervisor (never kept
+	// inside), for the activity record (`airlock run --record`). Backends
+	// that cannot do it refuse the spec.
+	RecordExec bool
+
 	Insecure Insecure
 	// CgroupParent overrides where the sandbox's cgroup is created.
 	CgroupParent string

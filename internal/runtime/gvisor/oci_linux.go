@@ -36,6 +36,9 @@ func unsupported(spec *runtime.Spec) error {
 	if spec.WorkspaceLayer != "" {
 		return fmt.Errorf("workspace overlay (changes applied when the command ends): %w on gvisor; pass --workspace-mode live", ErrUnsupported)
 	}
+	if spec.RecordExec {
+		return fmt.Errorf("the activity record (--record: seccomp user notification on exec in the sandbox's own kernel): %w; use the native runtime", ErrUnsupported)
+	}
 	if os.Geteuid() != 0 && !spec.Insecure.NoCgroups {
 		return fmt.Errorf("cgroups without root: %w; run as root or pass --insecure-no-cgroups", ErrUnsupported)
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/internal/agent"
+	"github.com/airlock-dev/airlock/internal/seccomp"
 )
 
 // controlFD is where the sandbox's init finds its end of the control channel.
@@ -178,6 +179,23 @@ func initSandboxSteps(conn *agent.Conn) (_ *agent.Ready, listener *os.File, _ er
 		}
 		ready.LandlockABI = abi
 		step("landlock", t0)
+	}
+	if s.ExecNotify {
+		// Before the policy's filter (which may refuse seccomp(2) itself).
+		// The listener goes to the supervisor with the ready message and
+		// is closed here once sent; it is close-on-exec until then.
+		t0 = time.Now()
+		prog, err := seccomp.ExecNotifyFilter()
+		if err == nil {
+			var fd int
+			if fd, err = seccomp.InstallListener(prog); err == nil {
+				handedOut = append(handedOut, fd)
+			}
+		}
+		if err != nil {
+			return nil, nil, inLayer(layerRecord, err)
+		}
+		step("record", t0)
 	}
 	if !s.NoSeccomp {
 		t0 = time.Now()

@@ -147,6 +147,9 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	}
 	stateDir := filepath.Join(root, id)
 	rootless := os.Geteuid() != 0
+	if rootless && spec.RecordExec {
+		return nil, &LayerError{Layer: layerRecord, Err: errors.New("the activity record needs root (the proc connector needs CAP_NET_ADMIN on the host)"), Fix: "run as root, or without --record"}
+	}
 	var lease *uidpool.Lease
 	if !rootless {
 		// Leased before the state directory exists, released (last in
@@ -174,7 +177,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, err
 	}
 
-	sb := &sandbox{id: id, stateDir: stateDir, procs: map[uint64]*process{}, done: make(chan struct{}), swept: swept, detached: r.Detached, listen: spec.Listen, lease: lease, agentVersion: agent.Version}
+	sb := &sandbox{id: id, stateDir: stateDir, procs: map[uint64]*process{}, done: make(chan struct{}), swept: swept, detached: r.Detached, listen: spec.Listen, lease: lease, agentVersion: agent.Version, recordExec: spec.RecordExec}
 	sb.info = runtime.Info{ID: id, Runtime: r.Name(), Rootless: rootless, Steps: steps}
 
 	// A fresh workspace is a volume on host storage (Volumes) or a tmpfs
@@ -243,6 +246,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		t0 := time.Now()
 		cg, err := cgroup.New(spec.CgroupParent, cgroup.Prefix+"/"+id, cgroup.Limits{
 			Memory: spec.Limits.Memory, Swap: spec.Limits.Swap, Pids: pidsLimit(spec.Limits.Pids), CPU: spec.Limits.CPU,
+			CPUAccounting: spec.RecordExec, // the record's usage samples
 		})
 		if err != nil {
 			return &LayerError{Layer: layerCgroups, Err: err, Fix: "run as root, delegate a cgroup to this user (--cgroup-parent), or pass --insecure-no-cgroups to run without resource limits"}
@@ -352,6 +356,14 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, err
 	}
 	cu.add(sb.closeListeners)
+	cu.add(func() {
+		if sb.execListener != nil {
+			sb.execListener.Close()
+		}
+	})
+	if spec.RecordExec && sb.execListener == nil {
+		return nil, &LayerError{Layer: layerRecord, Err: errors.New("no exec listener from the sandbox init")}
+	}
 	if len(sb.listeners) != len(spec.Listen) {
 		return nil, &LayerError{Layer: layerNamespaces, Err: fmt.Errorf("asked for %d listeners inside the sandbox, got %d", len(spec.Listen), len(sb.listeners))}
 	}
@@ -391,6 +403,7 @@ func (sb *sandbox) buildSetup(spec *runtime.Spec, root string, pid int, owners *
 		NoFile: spec.Limits.NoFile, FileSize: spec.Limits.FileSize,
 		Seccomp: spec.Seccomp, NoSeccomp: spec.Insecure.NoSeccomp, NoLandlock: spec.Insecure.NoLandlock,
 		Listen: spec.Listen, WorkspaceTmpfs: sb.tempWorkspace && sb.workspace == "",
+		ExecNotify: spec.RecordExec,
 	}
 	if !sb.tempWorkspace {
 		st.WorkspaceLayer = spec.WorkspaceLayer
@@ -505,6 +518,14 @@ var devNull = sync.OnceValue(func() *os.File {
 
 func (sb *sandbox) awaitReady(ctx context.Context) (*agent.Ready, error) {
 	m, files, err := sb.recvOneFiles(ctx, setupTimeout)
+	if err == nil && m.Type == agent.TypeReady && sb.recordExec {
+		// The exec listener (Spec.RecordExec) comes last.
+		if len(files) == 0 {
+			return nil, &LayerError{Layer: layerRecord, Err: errors.New("the sandbox init sent no exec listener")}
+		}
+		sb.execListener = files[len(files)-1]
+		files = files[:len(files)-1]
+	}
 	if err == nil && m.Type == agent.TypeReady && len(files) > 0 {
 		// The listening sockets the init bound inside the sandbox's
 		// network namespace (Spec.Listen), in order.
@@ -597,6 +618,8 @@ func (sb *sandbox) recvOneFiles(ctx context.Context, timeout time.Duration) (*ag
 
 func fixFor(layer string) string {
 	switch layer {
+	case layerRecord:
+		return "the activity record needs seccomp user notification (Linux >= 5.7); run without --record"
 	case layerLandlock:
 		return "enable Landlock in the kernel, or pass --insecure-no-landlock"
 	case layerSeccomp:

@@ -47,6 +47,9 @@ type sandbox struct {
 
 	lease *uidpool.Lease // the host ids it runs as (as root); nil rootless
 
+	recordExec   bool     // Spec.RecordExec
+	execListener *os.File // the exec notification listener, handed to the caller
+
 	reaperMu    sync.Mutex
 	reaperTimer *time.Timer
 	reaper      *os.File // write end of the reaper's pipe, or nil
@@ -66,6 +69,19 @@ var _ runtime.Sandbox = (*sandbox)(nil)
 
 func (sb *sandbox) ID() string         { return sb.id }
 func (sb *sandbox) Info() runtime.Info { return sb.info }
+
+// ExecListener returns the seccomp listener that every execve/execveat in
+// the sandbox waits on (Spec.RecordExec), or nil. The caller owns it: it
+// must answer each notification, or execs inside wait (and fail with
+// ENOSYS once it is closed).
+func (sb *sandbox) ExecListener() *os.File {
+	f := sb.execListener
+	sb.execListener = nil
+	return f
+}
+
+// InitPid returns the host pid of the sandbox's init (PID 1 inside).
+func (sb *sandbox) InitPid() int { return sb.initPid }
 
 // ErrSandboxGone is returned for processes of a sandbox that ended.
 var ErrSandboxGone = errors.New("sandbox ended")

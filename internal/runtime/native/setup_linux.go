@@ -51,6 +51,11 @@ type setup struct {
 	// namespace and hands to the supervisor with the ready message.
 	Listen []string `json:"listen,omitempty"`
 
+	// ExecNotify: install seccomp.ExecNotifyFilter before the policy's
+	// filter and send its listener as the last descriptor of the ready
+	// message (runtime.Spec.RecordExec).
+	ExecNotify bool `json:"exec_notify,omitempty"`
+
 	Seccomp    []runtime.SockFilter `json:"seccomp,omitempty"`
 	NoSeccomp  bool                 `json:"no_seccomp,omitempty"`
 	NoLandlock bool                 `json:"no_landlock,omitempty"`
@@ -76,6 +81,7 @@ const (
 	layerCaps       = "capabilities"
 	layerLandlock   = "landlock"
 	layerSeccomp    = "seccomp"
+	layerRecord     = "record"
 )
 
 // hostSystemDirs are the host directories that make up the default root,

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package main
+
+const syscallNoFollow = 0

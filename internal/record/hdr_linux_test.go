@@ -1,0 +1,5 @@
+package record
+
+import "golang.org/x/sys/unix"
+
+const unixHdr = unix.NLMSG_HDRLEN
