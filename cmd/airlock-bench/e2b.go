@@ -19,7 +19,8 @@ import (
 // SDK (pinned in sdkDir, installed with npm ci into a temporary directory),
 // against a daemon of its own with a warm pool: create -> first command,
 // and a 20-step workload timed end to end through the E2B SDK and through
-// /v1 from the same node process. Without node and npm it says so and
+// /v1 from the same node process, each started with the pool full, the
+// two taking turns at going first. Without node and npm it says so and
 // returns.
 func e2bRows(al, sdkDir string, n int) {
 	fmt.Println()
@@ -95,7 +96,7 @@ func e2bRows(al, sdkDir string, n int) {
 	node := exec.Command("node", "bench.mjs")
 	node.Dir = sdk
 	node.Env = append(os.Environ(), "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr, "E2B_API_KEY="+k.Key,
-		fmt.Sprintf("BENCH_N=%d", n))
+		fmt.Sprintf("BENCH_N=%d", n), "BENCH_POOL=8")
 	var stderr bytes.Buffer
 	node.Stderr = &stderr
 	out, err := node.Output()

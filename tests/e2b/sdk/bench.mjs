@@ -82,18 +82,41 @@ async function nativeWorkload() {
   return now() - t0
 }
 
+// Each timed part starts from the same state: the warm pool full again
+// (its refill after the previous create is work of the daemon that would
+// otherwise land inside whichever workload runs next) and, from round to
+// round, the E2B and native workloads take turns at going first.
+const POOL = Number(process.env.BENCH_POOL || 0)
+async function poolFull() {
+  if (!POOL) return
+  for (let i = 0; i < 1000; i++) { // 10 s at most
+    const text = await (await fetch(API + '/metrics')).text()
+    const m = /^airlock_pool_ready\{image="",policy="default"\} (\d+)/m.exec(text)
+    if (m && Number(m[1]) >= POOL) return
+    await new Promise((r) => setTimeout(r, 10))
+  }
+}
+
 const out = { createFirst: [], e2b: [], native: [] }
 // The first round warms connections and caches.
 for (let i = -1; i < N; i++) {
+  await poolFull()
   const a = await e2bCreateFirst()
-  const b = await e2bWorkload()
-  const c = await nativeWorkload()
+  let b, c
+  await poolFull()
+  if (i % 2 === 0) {
+    b = await e2bWorkload()
+    await poolFull()
+    c = await nativeWorkload()
+  } else {
+    c = await nativeWorkload()
+    await poolFull()
+    b = await e2bWorkload()
+  }
   if (i >= 0) {
     out.createFirst.push(a)
     out.e2b.push(b)
     out.native.push(c)
   }
-  // Let the pool refill before the next warm create.
-  await new Promise((r) => setTimeout(r, Number(process.env.BENCH_REFILL_MS || 300)))
 }
 console.log(JSON.stringify(out))
