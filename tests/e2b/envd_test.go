@@ -55,3 +55,51 @@ func TestEnvdCompression(t *testing.T) {
 		t.Errorf("a large answer to a client without gzip: %d, Content-Encoding %q, %d names", plain.status, plain.header.Get("Content-Encoding"), strings.Count(plain.body, `"name"`))
 	}
 }
+
+// TestEnvdMakeDirMoveUpload: MakeDir makes missing parents and answers
+// the new directory; one that exists (a directory or a file) is
+// already_exists, as in E2B, next to the same call on a new path. Move
+// answers the destination; an upload into a missing directory makes it.
+func TestEnvdMakeDirMoveUpload(t *testing.T) {
+	d := startE2B(t, "")
+	a := d.create(t, map[string]any{"templateID": "base"})
+	id, tok := a.SandboxID, a.EnvdAccessToken
+	type entry struct {
+		Entry struct {
+			Name string `json:"name"`
+			Type string `json:"type"`
+			Path string `json:"path"`
+			Size string `json:"size"`
+		} `json:"entry"`
+	}
+	const fs = "/filesystem.Filesystem/"
+	r := d.rpc(t, id, tok, fs+"MakeDir", map[string]any{"path": "x/y/z"})
+	var e entry
+	if r.json(t, &e); r.status != 200 || e.Entry.Type != "FILE_TYPE_DIRECTORY" || e.Entry.Path != "/workspace/x/y/z" || e.Entry.Name != "z" {
+		t.Fatalf("MakeDir with missing parents: %d %s", r.status, r.body)
+	}
+	if r := d.rpc(t, id, tok, fs+"Stat", map[string]any{"path": "/workspace/x/y"}); r.status != 200 || !strings.Contains(r.body, "FILE_TYPE_DIRECTORY") {
+		t.Errorf("the parent made by MakeDir: %d %s", r.status, r.body)
+	}
+	r = d.rpc(t, id, tok, fs+"MakeDir", map[string]any{"path": "x/y/z"})
+	if r.status != 409 || !strings.Contains(r.body, `"already_exists"`) {
+		t.Errorf("MakeDir of an existing directory: %d %s, want 409 already_exists", r.status, r.body)
+	}
+	wantStatus(t, "upload into a missing directory", d.envd(t, id, tok, "POST", "/files?path=new/deep/f.txt", map[string]string{"Content-Type": "application/octet-stream"}, strings.NewReader("hello")), 200)
+	if r := d.envd(t, id, tok, "GET", "/files?path=/workspace/new/deep/f.txt", nil, nil); r.status != 200 || r.body != "hello" {
+		t.Errorf("reading the upload back: %d %q", r.status, r.body)
+	}
+	r = d.rpc(t, id, tok, fs+"MakeDir", map[string]any{"path": "new/deep/f.txt"})
+	if r.status != 409 || !strings.Contains(r.body, `"already_exists"`) {
+		t.Errorf("MakeDir of an existing file: %d %s, want 409 already_exists", r.status, r.body)
+	}
+	wantStatus(t, "MakeDir under a file", d.rpc(t, id, tok, fs+"MakeDir", map[string]any{"path": "new/deep/f.txt/sub"}), 400)
+
+	r = d.rpc(t, id, tok, fs+"Move", map[string]any{"source": "new/deep/f.txt", "destination": "x/moved.txt"})
+	e = entry{}
+	if r.json(t, &e); r.status != 200 || e.Entry.Type != "FILE_TYPE_FILE" || e.Entry.Path != "/workspace/x/moved.txt" || e.Entry.Name != "moved.txt" || e.Entry.Size != "5" {
+		t.Errorf("Move: %d %s", r.status, r.body)
+	}
+	wantStatus(t, "the source after the move", d.rpc(t, id, tok, fs+"Stat", map[string]any{"path": "new/deep/f.txt"}), 404)
+	wantStatus(t, "Move of a missing file", d.rpc(t, id, tok, fs+"Move", map[string]any{"source": "nope", "destination": "x/nope"}), 404)
+}
