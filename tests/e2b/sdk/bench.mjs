@@ -1,8 +1,10 @@
 // Benchmark of the E2B compatibility layer (run by `airlock-bench serve`):
 // create -> first command through the E2B SDK (warm pool), and one 20-step
-// workload timed end to end, through the E2B SDK and through airlock's
-// native /v1 API with plain fetch from the same process. Prints one JSON
-// object of millisecond samples.
+// workload timed end to end three ways from the same process: through the
+// E2B SDK; through E2B's protocol with plain fetch (the SDK's requests
+// without the SDK's own client-side work, so that the layer's overhead
+// shows alone); and through airlock's native /v1 API with plain fetch.
+// Prints one JSON object of millisecond samples.
 import { Sandbox } from 'e2b'
 
 const N = Number(process.env.BENCH_N || 20)
@@ -85,7 +87,7 @@ async function nativeWorkload() {
 // Each timed part starts from the same state: the warm pool full again
 // (its refill after the previous create is work of the daemon that would
 // otherwise land inside whichever workload runs next) and, from round to
-// round, the E2B and native workloads take turns at going first.
+// round, the three workloads take turns at going first.
 const POOL = Number(process.env.BENCH_POOL || 0)
 async function poolFull() {
   if (!POOL) return
@@ -97,26 +99,81 @@ async function poolFull() {
   }
 }
 
-const out = { createFirst: [], e2b: [], native: [] }
+// The E2B SDK's requests, made with plain fetch: the same paths, bodies
+// and encodings (Connect JSON, a multipart upload, a Connect stream for
+// each command).
+async function e2bFetchWorkload() {
+  const t0 = now()
+  const sb = await call('POST', '/v2/sandboxes', { templateID: 'base', timeout: 120 }) // 1
+  const id = sb.sandboxID
+  const H = { 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': sb.envdAccessToken }
+  const envd = async (method, path, body, headers) => {
+    const res = await fetch(API + path, { method, headers: { ...H, ...headers }, body })
+    const buf = Buffer.from(await res.arrayBuffer())
+    if (res.status >= 400) throw new Error(`${method} ${path}: ${res.status} ${buf}`)
+    return buf
+  }
+  const rpc = (m, msg) => envd('POST', m, JSON.stringify(msg), { 'Content-Type': 'application/json' })
+  const run = async (cmd, envs) => {
+    const j = Buffer.from(JSON.stringify({ process: { cmd: '/bin/bash', args: ['-l', '-c', cmd], envs }, stdin: false }))
+    const req = Buffer.alloc(5 + j.length)
+    req.writeUInt32BE(j.length, 1)
+    j.copy(req, 5)
+    const b = await envd('POST', '/process.Process/Start', req, { 'Content-Type': 'application/connect+json' })
+    // The stream's frames: events, then the end of stream (flag 2).
+    let end = false
+    for (let o = 0; o + 5 <= b.length; o += 5 + b.readUInt32BE(o + 1)) {
+      const msg = JSON.parse(b.subarray(o + 5, o + 5 + b.readUInt32BE(o + 1)))
+      if (b[o] & 2 && msg.error) throw new Error(`${cmd}: ${JSON.stringify(msg.error)}`)
+      if (msg.event?.end) end = true
+    }
+    if (!end) throw new Error(`${cmd}: no end event`)
+  }
+  const write = (p, data) => {
+    const form = new FormData()
+    form.append('file', new Blob([data]), p)
+    return envd('POST', '/files?path=' + encodeURIComponent(p), form)
+  }
+  const read = (p) => envd('GET', '/files?path=' + encodeURIComponent(p))
+  const F = '/filesystem.Filesystem/'
+  await run('echo hi') // 2
+  await write('a.txt', 'hello') // 3
+  await read('a.txt') // 4
+  await rpc(F + 'ListDir', { path: '/workspace', depth: 1 }) // 5
+  await rpc(F + 'MakeDir', { path: 'd' }) // 6
+  await rpc(F + 'Stat', { path: 'a.txt' }) // 7
+  await run('echo $X', { X: '1' }) // 8
+  await call('GET', `/sandboxes/${id}`) // 9
+  await call('POST', `/sandboxes/${id}/timeout`, { timeout: 120 }) // 10
+  await write('d/b.txt', 'world') // 11
+  await read('d/b.txt') // 12
+  await rpc(F + 'Move', { source: 'd/b.txt', destination: 'd/c.txt' }) // 13
+  await rpc(F + 'Remove', { path: 'd/c.txt' }) // 14
+  await run('true') // 15
+  await rpc('/process.Process/List', {}) // 16
+  await run('cat a.txt') // 17
+  await rpc(F + 'Stat', { path: 'a.txt' }) // 18
+  await run('ls') // 19
+  await call('DELETE', `/sandboxes/${id}`) // 20
+  return now() - t0
+}
+
+const out = { createFirst: [], e2b: [], e2bFetch: [], native: [] }
 // The first round warms connections and caches.
 for (let i = -1; i < N; i++) {
   await poolFull()
   const a = await e2bCreateFirst()
-  let b, c
-  await poolFull()
-  if (i % 2 === 0) {
-    b = await e2bWorkload()
+  const runs = [['e2b', e2bWorkload], ['e2bFetch', e2bFetchWorkload], ['native', nativeWorkload]]
+  const first = ((i % 3) + 3) % 3
+  const got = {}
+  for (let k = 0; k < 3; k++) {
+    const [name, f] = runs[(first + k) % 3]
     await poolFull()
-    c = await nativeWorkload()
-  } else {
-    c = await nativeWorkload()
-    await poolFull()
-    b = await e2bWorkload()
+    got[name] = await f()
   }
   if (i >= 0) {
     out.createFirst.push(a)
-    out.e2b.push(b)
-    out.native.push(c)
+    for (const name of ['e2b', 'e2bFetch', 'native']) out[name].push(got[name])
   }
 }
 console.log(JSON.stringify(out))
