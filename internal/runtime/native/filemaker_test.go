@@ -5,6 +5,7 @@ package native_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,17 +14,28 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/runtime/native"
 )
 
 // TestMakeDirMove: the one-call mkdir and rename answer with what they
 // made; an exclusive mkdir refuses a path that exists (a directory or a
 // file) next to the same call on a new path, and a path that climbs out
-// of /workspace stays in the sandbox.
+// of /workspace stays in the sandbox. The same with an agent of protocol 2
+// (a sandbox adopted from an older daemon), which gets stat, mkdir, stat.
 func TestMakeDirMove(t *testing.T) {
 	needRoot(t)
+	for _, v := range []int{3, 2} {
+		t.Run(fmt.Sprintf("protocol%d", v), func(t *testing.T) { testMakeDirMove(t, v) })
+	}
+}
+
+func testMakeDirMove(t *testing.T, version int) {
 	ws := t.TempDir()
 	os.Chmod(ws, 0o755)
 	sb := newSandbox(t, &policy.Policy{Workspace: ws})
+	if version < 3 {
+		native.SetAgentVersion(sb, version)
+	}
 	fm, ok := sb.(runtime.FileMaker)
 	if !ok {
 		t.Fatal("the native sandbox is not a runtime.FileMaker")
