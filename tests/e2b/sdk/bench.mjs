@@ -3,8 +3,9 @@
 // workload timed end to end three ways from the same process: through the
 // E2B SDK; through E2B's protocol with plain fetch (the SDK's requests
 // without the SDK's own client-side work, so that the layer's overhead
-// shows alone); and through airlock's native /v1 API with plain fetch.
-// Prints one JSON object of millisecond samples.
+// shows alone); through airlock's native /v1 API with plain fetch; and,
+// when AIRLOCK_TS_SDK names the built airlock TypeScript SDK, through it
+// (SDK against SDK). Prints one JSON object of millisecond samples.
 import { Sandbox } from 'e2b'
 
 const N = Number(process.env.BENCH_N || 20)
@@ -87,7 +88,7 @@ async function nativeWorkload() {
 // Each timed part starts from the same state: the warm pool full again
 // (its refill after the previous create is work of the daemon that would
 // otherwise land inside whichever workload runs next) and, from round to
-// round, the three workloads take turns at going first.
+// round, the workloads take turns at going first.
 const POOL = Number(process.env.BENCH_POOL || 0)
 async function poolFull() {
   if (!POOL) return
@@ -158,22 +159,56 @@ async function e2bFetchWorkload() {
   return now() - t0
 }
 
-const out = { createFirst: [], e2b: [], e2bFetch: [], native: [] }
+// The same workload through airlock's own TypeScript SDK.
+const airlock = process.env.AIRLOCK_TS_SDK ? new (await import(process.env.AIRLOCK_TS_SDK)).Airlock({ host: API, apiKey: KEY, timeoutMs: 120_000 }) : null
+async function airlockSdkWorkload() {
+  const c = airlock
+  const t0 = now()
+  const { id } = await c.createSandbox({}) // 1
+  const exec = async (cmd, env) => {
+    const r = await c.exec(id, ['/bin/bash', '-l', '-c', cmd], { env })
+    if (r.exit_code !== 0) throw new Error(`${cmd}: exit ${r.exit_code}`)
+  }
+  await exec('echo hi') // 2
+  await c.writeFile(id, 'a.txt', 'hello') // 3
+  await c.readFile(id, 'a.txt') // 4
+  await c.list(id, '/workspace') // 5
+  await c.mkdir(id, 'd') // 6
+  await c.stat(id, 'a.txt') // 7
+  await exec('echo $X', { X: '1' }) // 8
+  await c.getSandbox(id) // 9
+  await c.setTimeout(id, 120) // 10
+  await c.writeFile(id, 'd/b.txt', 'world') // 11
+  await c.readFile(id, 'd/b.txt') // 12
+  await c.rename(id, 'd/b.txt', 'd/c.txt') // 13
+  await c.remove(id, 'd/c.txt') // 14
+  await exec('true') // 15
+  await c.listProcesses(id) // 16
+  await exec('cat a.txt') // 17
+  await c.stat(id, 'a.txt') // 18
+  await exec('ls') // 19
+  await c.deleteSandbox(id) // 20
+  return now() - t0
+}
+
+const out = { createFirst: [], e2b: [], e2bFetch: [], native: [], airlockSDK: [] }
 // The first round warms connections and caches.
 for (let i = -1; i < N; i++) {
   await poolFull()
   const a = await e2bCreateFirst()
   const runs = [['e2b', e2bWorkload], ['e2bFetch', e2bFetchWorkload], ['native', nativeWorkload]]
-  const first = ((i % 3) + 3) % 3
+  if (airlock) runs.push(['airlockSDK', airlockSdkWorkload])
+  const first = ((i % runs.length) + runs.length) % runs.length
   const got = {}
-  for (let k = 0; k < 3; k++) {
-    const [name, f] = runs[(first + k) % 3]
+  for (let k = 0; k < runs.length; k++) {
+    const [name, f] = runs[(first + k) % runs.length]
     await poolFull()
     got[name] = await f()
   }
   if (i >= 0) {
     out.createFirst.push(a)
-    for (const name of ['e2b', 'e2bFetch', 'native']) out[name].push(got[name])
+    for (const [name] of runs) out[name].push(got[name])
   }
 }
+airlock?.close()
 console.log(JSON.stringify(out))
