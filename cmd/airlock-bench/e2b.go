@@ -18,10 +18,13 @@ import (
 // e2bRows measures the E2B compatibility layer with the official E2B JS
 // SDK (pinned in sdkDir, installed with npm ci into a temporary directory),
 // against a daemon of its own with a warm pool: create -> first command,
-// and a 20-step workload timed end to end through the E2B SDK and through
-// /v1 from the same node process. Without node and npm it says so and
+// and a 20-step workload timed end to end through the E2B SDK, through
+// E2B's protocol with plain fetch (the layer's overhead without the SDK's
+// client-side work) and through /v1 with plain fetch, from the same node
+// process (and through airlock's TypeScript SDK when tsDir holds it
+// built), each started with the pool full, taking turns at going first. Without node and npm it says so and
 // returns.
-func e2bRows(al, sdkDir string, n int) {
+func e2bRows(al, sdkDir, tsDir string, n int) {
 	fmt.Println()
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -95,7 +98,15 @@ func e2bRows(al, sdkDir string, n int) {
 	node := exec.Command("node", "bench.mjs")
 	node.Dir = sdk
 	node.Env = append(os.Environ(), "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr, "E2B_API_KEY="+k.Key,
-		fmt.Sprintf("BENCH_N=%d", n))
+		fmt.Sprintf("BENCH_N=%d", n), "BENCH_POOL=8")
+	// airlock's own TypeScript SDK, when built, for an SDK-against-SDK row.
+	if tsDir != "" {
+		if js, err := filepath.Abs(filepath.Join(tsDir, "dist", "index.js")); err == nil {
+			if _, err := os.Stat(js); err == nil {
+				node.Env = append(node.Env, "AIRLOCK_TS_SDK="+js)
+			}
+		}
+	}
 	var stderr bytes.Buffer
 	node.Stderr = &stderr
 	out, err := node.Output()
@@ -104,7 +115,7 @@ func e2bRows(al, sdkDir string, n int) {
 		return
 	}
 	var res struct {
-		CreateFirst, E2B, Native []float64
+		CreateFirst, E2B, E2BFetch, Native, AirlockSDK []float64
 	}
 	if err := json.Unmarshal(bytes.TrimSpace(out), &res); err != nil {
 		logf("E2B SDK bench: %v: %q", err, out)
@@ -122,10 +133,27 @@ func e2bRows(al, sdkDir string, n int) {
 	}
 	row("create -> first command, warm pool (E2B SDK)", res.CreateFirst, "p50 <= 20 ms")
 	row("20-step workload, E2B SDK", res.E2B, "")
+	row("20-step workload, E2B protocol (fetch)", res.E2BFetch, "")
 	row("20-step workload, native /v1 (fetch)", res.Native, "")
-	if len(res.E2B) > 0 && len(res.Native) > 0 {
-		fmt.Printf("ratio (median) E2B SDK / native = %.2f   target <= 1.2\n", median(sorted(res.E2B))/median(sorted(res.Native)))
+	if len(res.AirlockSDK) > 0 {
+		row("20-step workload, airlock TypeScript SDK", res.AirlockSDK, "")
 	}
+	// Each ratio twice: of the medians, and the median of the rounds' own
+	// ratios (the three workloads of a round run back to back, so a load
+	// that drifts during the run cancels out).
+	ratio := func(name string, xs, base []float64, note string) {
+		if len(xs) == 0 || len(xs) != len(base) {
+			return
+		}
+		per := make([]float64, len(xs))
+		for i := range xs {
+			per[i] = xs[i] / base[i]
+		}
+		fmt.Printf("ratio %-32s median %.2f, per round %.2f   %s\n", name+":", median(sorted(xs))/median(sorted(base)), median(sorted(per)), note)
+	}
+	ratio("E2B protocol / native", res.E2BFetch, res.Native, "the layer's own overhead, target <= 1.2")
+	ratio("E2B SDK / native", res.E2B, res.Native, "adds the E2B SDK's client-side work")
+	ratio("E2B SDK / airlock TS SDK", res.E2B, res.AirlockSDK, "SDK against SDK")
 }
 
 func nodeVersion() string {

@@ -51,7 +51,7 @@ func runServe(args []string) int {
 		return 2
 	}
 	if *e2bOnly {
-		e2bRows(al, *e2bSDK, *e2bN)
+		e2bRows(al, *e2bSDK, *tsSDK, *e2bN)
 		return 0
 	}
 	dir, err := os.MkdirTemp("", "airlock-bench-serve-")
@@ -259,7 +259,7 @@ func runServe(args []string) int {
 	}
 	pythonRows(c, sock, *n, *pySDK)
 	if *e2bSDK != "" {
-		e2bRows(al, *e2bSDK, *e2bN)
+		e2bRows(al, *e2bSDK, *tsSDK, *e2bN)
 	}
 	typescriptRows(c, sock, *tsSDK, *n)
 	return 0

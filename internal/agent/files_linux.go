@@ -62,8 +62,26 @@ func (s *Server) file(req *FileRequest, files []*os.File) {
 		}
 	case FileMkdir:
 		closeAll(files)
-		if err := os.MkdirAll(path, perm(req.Mode, 0o755)); err != nil {
+		mode := perm(req.Mode, 0o755)
+		if req.Excl {
+			// The parents as with -p, then the directory itself, which
+			// must be new: one atomic answer to "did it exist?".
+			if err := os.MkdirAll(filepath.Dir(path), mode); err != nil {
+				fail(err)
+				return
+			}
+			err = os.Mkdir(path, mode)
+		} else {
+			err = os.MkdirAll(path, mode)
+		}
+		if err != nil {
 			fail(err)
+			return
+		}
+		// What was made, so that a caller needs no stat of its own (gone
+		// again meanwhile: no Stat, the caller asks).
+		if fi, err := os.Lstat(path); err == nil {
+			res.Stat = info(path, fi)
 		}
 	case FileRemove:
 		closeAll(files)
@@ -92,6 +110,10 @@ func (s *Server) file(req *FileRequest, files []*os.File) {
 		}
 		if err := os.Rename(path, to); err != nil {
 			fail(err)
+			return
+		}
+		if fi, err := os.Lstat(to); err == nil {
+			res.Stat = info(to, fi)
 		}
 	case FileRead:
 		if len(files) != 1 {

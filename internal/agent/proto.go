@@ -51,15 +51,17 @@ const (
 // supervisor adopting a sandbox started by an older binary knows what it
 // understands. 0 (absent): no holds (ReadRequest.Reader, TypeHold).
 // 1: no framed content (FileRequest.Framed).
-const Version = 2
+// 2: no exclusive mkdir (FileRequest.Excl), and a mkdir or rename answers
+// without the Stat of what it made.
+const Version = 3
 
 // File operations.
 const (
 	FileStat   = "stat"
 	FileList   = "list"
-	FileMkdir  = "mkdir"  // with parents, like mkdir -p
-	FileRemove = "remove" // Recursive: the whole tree
-	FileRename = "rename"
+	FileMkdir  = "mkdir"   // with parents, like mkdir -p (Excl: the last one must be new); answers its Stat
+	FileRemove = "remove"  // Recursive: the whole tree
+	FileRename = "rename"  // answers the Stat of To
 	FileRead   = "read"    // content written to the descriptor that comes with the request
 	FileWrite  = "write"   // content read from the descriptor, replaced atomically
 	FileTarOut = "tar_out" // Path (file or tree) as a tar stream to the descriptor; Max, Follow
@@ -155,6 +157,9 @@ type FileRequest struct {
 	// (CopyFramed): the agent commits nothing of a stream that ends
 	// without its end mark.
 	Framed bool `json:"framed,omitempty"`
+	// Excl makes a mkdir fail (KindExists) when Path exists already; its
+	// missing parents are still made.
+	Excl bool `json:"excl,omitempty"`
 }
 
 // FileResult answers a FileRequest.

@@ -21,11 +21,18 @@ import (
 // cannot make the daemon allocate more).
 const maxRPCMessage = 4 << 20
 
+// compressMin is the smallest Connect message sent gzipped to a client
+// that accepts it. Below it compression costs both ends more than the
+// bytes it saves: the SDKs' fetch asks for gzip on every call, and most
+// answers (a stat, an empty reply, a process event) are a few hundred
+// bytes.
+const compressMin = 16 << 10
+
 // envdHandler serves envd: the Connect services, /files and /health. The
 // sandbox id is in the request's context.
 func (s *Server) envdHandler() http.Handler {
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxRPCMessage)}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxRPCMessage), connect.WithCompressMinBytes(compressMin)}
 	mux.Handle(processpbconnect.NewProcessHandler(&processService{s}, opts...))
 	mux.Handle(filesystempbconnect.NewFilesystemHandler(&fsService{s}, opts...))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {

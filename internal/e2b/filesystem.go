@@ -96,8 +96,23 @@ func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDir
 	if err != nil {
 		return nil, err
 	}
+	exists := func() error {
+		return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists", errdefs.Quote(p)))
+	}
+	// One call into the sandbox where the runtime can: an exclusive mkdir
+	// (with parents) that answers with what it made.
+	if fm, ok := fsys.(runtime.FileMaker); ok {
+		fi, err := fm.MakeDir(ctx, p, 0o755, true)
+		if errors.Is(err, errdefs.ErrExists) {
+			return nil, exists()
+		}
+		if err != nil {
+			return nil, rpcErr(err)
+		}
+		return connect.NewResponse(&pb.MakeDirResponse{Entry: entry(fi, p)}), nil
+	}
 	if _, err := fsys.Stat(ctx, p); err == nil {
-		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists", errdefs.Quote(p)))
+		return nil, exists()
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, rpcErr(err)
 	}
@@ -118,6 +133,13 @@ func (f *fsService) Move(ctx context.Context, req *connect.Request[pb.MoveReques
 	}
 	if err := manager.CheckPath("destination", req.Msg.Destination); err != nil {
 		return nil, rpcErr(err)
+	}
+	if fm, ok := fsys.(runtime.FileMaker); ok {
+		fi, err := fm.Move(ctx, req.Msg.Source, req.Msg.Destination)
+		if err != nil {
+			return nil, rpcErr(err)
+		}
+		return connect.NewResponse(&pb.MoveResponse{Entry: entry(fi, req.Msg.Destination)}), nil
 	}
 	if err := fsys.Rename(ctx, req.Msg.Source, req.Msg.Destination); err != nil {
 		return nil, rpcErr(err)

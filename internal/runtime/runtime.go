@@ -74,6 +74,17 @@ type Files interface {
 	Upload(ctx context.Context, dir string, r io.Reader) error
 }
 
+// FileMaker is implemented by Files that make a directory or move a file
+// and describe the result in one step (one call into the sandbox instead of
+// two or three).
+type FileMaker interface {
+	// MakeDir makes path with its missing parents and returns it; with
+	// excl, a path that exists already is ErrExists (and nothing is made).
+	MakeDir(ctx context.Context, path string, mode os.FileMode, excl bool) (FileInfo, error)
+	// Move renames from to to and returns to.
+	Move(ctx context.Context, from, to string) (FileInfo, error)
+}
+
 // DownloadOptions say how Download archives a path.
 type DownloadOptions struct {
 	// MaxSize bounds the archive: its bytes, and the sizes of the files

@@ -93,6 +93,46 @@ func (sb *sandbox) MkdirAll(ctx context.Context, path string, mode os.FileMode) 
 	return err
 }
 
+var _ runtime.FileMaker = (*sandbox)(nil)
+
+// MakeDir implements runtime.FileMaker: one agent call (an agent older than
+// protocol 3 gets the stat, mkdir and stat it understands).
+func (sb *sandbox) MakeDir(ctx context.Context, path string, mode os.FileMode, excl bool) (runtime.FileInfo, error) {
+	if sb.agentVersion < 3 {
+		if excl {
+			if _, err := sb.Stat(ctx, path); err == nil {
+				return runtime.FileInfo{}, fmt.Errorf("%s %s: %w", agent.FileMkdir, path, runtime.ErrExists)
+			} else if !errors.Is(err, runtime.ErrNotFound) {
+				return runtime.FileInfo{}, err
+			}
+		}
+		if err := sb.MkdirAll(ctx, path, mode); err != nil {
+			return runtime.FileInfo{}, err
+		}
+		return sb.Stat(ctx, path)
+	}
+	res, err := sb.fileOp(ctx, &agent.FileRequest{Op: agent.FileMkdir, Path: path, Mode: uint32(mode.Perm()), Excl: excl}, nil)
+	if err != nil {
+		return runtime.FileInfo{}, err
+	}
+	if res.Stat == nil {
+		return sb.Stat(ctx, path)
+	}
+	return fileInfo(res.Stat), nil
+}
+
+// Move implements runtime.FileMaker.
+func (sb *sandbox) Move(ctx context.Context, from, to string) (runtime.FileInfo, error) {
+	res, err := sb.fileOp(ctx, &agent.FileRequest{Op: agent.FileRename, Path: from, To: to}, nil)
+	if err != nil {
+		return runtime.FileInfo{}, err
+	}
+	if res.Stat == nil { // an older agent
+		return sb.Stat(ctx, to)
+	}
+	return fileInfo(res.Stat), nil
+}
+
 // Remove implements runtime.Files.
 func (sb *sandbox) Remove(ctx context.Context, path string, recursive bool) error {
 	_, err := sb.fileOp(ctx, &agent.FileRequest{Op: agent.FileRemove, Path: path, Recursive: recursive}, nil)
