@@ -448,24 +448,42 @@ func TestFollowThroughDelete(t *testing.T) {
 }
 
 // TestPTYExitDelivered: every PTY session gets its command's exit, however
-// quickly the command ends. The daemon used to stop reading the client
-// before it wrote the exit, and cancelling that read closes the WebSocket:
-// under load the close came first (seen once in a cold CI run, in
-// TestPTYAcrossRestart).
+// quickly the command ends and however many run side by side. Two defects
+// made sessions fail here: the daemon stopped reading the client before it
+// wrote the exit, and cancelling that read closes the WebSocket (under
+// load the close came first: TestPTYAcrossRestart failed so in a cold CI
+// run); and the start of a command that ended at once could reach the
+// daemon after its exit, which had already forgotten the process, so the
+// session waited for that start for good (8 sessions side by side hung
+// within a few runs).
 func TestPTYExitDelivered(t *testing.T) {
 	d := startDaemon(t, "")
 	ctx := ctxT(t)
 	sb := d.create(t, nil)
-	for i := 0; i < 40; i++ {
-		s, err := d.c.PTY(ctx, sb.ID, api.PTYStart{ExecRequest: api.ExecRequest{Argv: []string{"sh", "-c", "exit 3"}}})
-		if err != nil {
+	const workers, each = 8, 10
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func() {
+			for i := 0; i < each; i++ {
+				s, err := d.c.PTY(ctx, sb.ID, api.PTYStart{ExecRequest: api.ExecRequest{Argv: []string{"sh", "-c", "exit 3"}}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				go io.Copy(io.Discard, s)
+				exit, err := s.Wait()
+				s.Close()
+				if err != nil || exit.ExitCode != 3 {
+					errs <- fmt.Errorf("session %d: %+v %v", i, exit, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for w := 0; w < workers; w++ {
+		if err := <-errs; err != nil {
 			t.Fatal(err)
-		}
-		go io.Copy(io.Discard, s)
-		exit, err := s.Wait()
-		s.Close()
-		if err != nil || exit.ExitCode != 3 {
-			t.Fatalf("session %d: %+v %v", i, exit, err)
 		}
 	}
 }

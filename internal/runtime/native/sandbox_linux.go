@@ -118,8 +118,21 @@ func (sb *sandbox) dispatch(m *agent.Message, files []*os.File) {
 	}
 	sb.mu.Lock()
 	p := sb.procs[id]
-	if m.Type == agent.TypeExit {
-		delete(sb.procs, id)
+	// A process is forgotten once both its start and its exit are in.
+	// The exit can come first: the agent's reaper and its exec loop send
+	// on their own, and a command that ends at once is reaped before its
+	// start is sent. (Messages are dispatched one at a time, in order.)
+	if p != nil {
+		switch m.Type {
+		case agent.TypeExit:
+			if closed(p.started) {
+				delete(sb.procs, id)
+			}
+		case agent.TypeStarted, agent.TypeError:
+			if closed(p.exit) {
+				delete(sb.procs, id)
+			}
+		}
 	}
 	sb.mu.Unlock()
 	if p == nil {
@@ -148,8 +161,20 @@ func (sb *sandbox) dispatch(m *agent.Message, files []*os.File) {
 		p.startErr = m.Error
 		p.startOnce.Do(func() { close(p.started) })
 	case agent.TypeExit:
-		p.status = runtime.ExitStatus{Code: m.Exit.Code, Signal: m.Exit.Signal}
-		close(p.exit)
+		p.exitOnce.Do(func() {
+			p.status = runtime.ExitStatus{Code: m.Exit.Code, Signal: m.Exit.Signal}
+			close(p.exit)
+		})
+	}
+}
+
+// closed reports whether ch is closed (it is only ever closed, never sent on).
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -350,6 +375,7 @@ type process struct {
 	startOnce sync.Once
 	startErr  *agent.Error
 	exit      chan struct{}
+	exitOnce  sync.Once
 	status    runtime.ExitStatus
 }
 
