@@ -880,18 +880,21 @@ func TestConcurrentWriters(t *testing.T) {
 
 // A database from before the host id columns (schema 2) opens, keeps its
 // sandboxes (host ids 0: not recorded) and records host ids from then on.
-func TestMigrateHostIDs(t *testing.T) {
+// openFromSchema makes a database at schema version v holding one running
+// sandbox, sb-old, then opens it with this binary (which migrates it).
+func openFromSchema(t *testing.T, v int) *Store {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "airlock.db")
 	old, err := sql.Open("sqlite", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range migrations[:2] {
+	for _, m := range migrations[:v] {
 		if _, err := old.Exec(m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := old.Exec(`PRAGMA user_version = 2`); err != nil {
+	if _, err := old.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, v)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := old.Exec(`INSERT INTO sandboxes (id, state, reason, image, policy, pool, created_at, last_activity, idle_timeout)
@@ -899,12 +902,16 @@ func TestMigrateHostIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Close()
-
 	s, err := Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestMigrateHostIDs(t *testing.T) {
+	s := openFromSchema(t, 2)
 	got := mustGet(t, s, "sb-old")
 	if got.State != "running" || got.HostUID != 0 || got.HostGID != 0 {
 		t.Errorf("migrated record: %+v", got)
@@ -921,29 +928,7 @@ func TestMigrateHostIDs(t *testing.T) {
 // it, and a database from before tenants (schema 4) opens with every key
 // and sandbox the operator's.
 func TestTenants(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "airlock.db")
-	old, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migrations[:4] {
-		if _, err := old.Exec(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := old.Exec(`PRAGMA user_version = 4`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := old.Exec(`INSERT INTO sandboxes (id, state, reason, image, policy, pool, created_at, last_activity, idle_timeout)
-		VALUES ('sb-old', 'running', '', '', '', '', 1, 1, 0)`); err != nil {
-		t.Fatal(err)
-	}
-	old.Close()
-	s, err := Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openFromSchema(t, 4)
 	ctx := context.Background()
 	if got := mustGet(t, s, "sb-old"); got.Tenant != "" {
 		t.Fatalf("migrated sandbox has tenant %q", got.Tenant)
