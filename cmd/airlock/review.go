@@ -336,10 +336,9 @@ is; with several, they are listed and nothing is done.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stderr := cmd.ErrOrStderr()
-			run, err := openRunArg(args[0], "pending", func(l workspace.Listed) bool { return l.Pending })
+			run, err := openPending(stderr, args[0])
 			if err != nil {
-				fmt.Fprintf(stderr, "airlock: %v\n", err)
-				return exitError{1}
+				return err
 			}
 			if err := run.Discard(); err != nil {
 				fmt.Fprintf(stderr, "airlock: discard %s: %v\n", run.ID, err)
@@ -356,10 +355,9 @@ is; with several, they are listed and nothing is done.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stderr := cmd.ErrOrStderr()
-			run, err := openRunArg(args[0], "pending", func(l workspace.Listed) bool { return l.Pending })
+			run, err := openPending(stderr, args[0])
 			if err != nil {
-				fmt.Fprintf(stderr, "airlock: %v\n", err)
-				return exitError{1}
+				return err
 			}
 			defer run.Close()
 			if !run.Pending() {
@@ -403,6 +401,22 @@ is; with several, they are listed and nothing is done.`,
 // openRunArg opens the run an argument names: a run id, or a workspace
 // directory, whose one run that want accepts it is (what names those runs
 // in messages: "pending"). With several, it lists them and opens none.
+// openPending opens the pending run arg names (see openRunArg).
+func openPending(stderr io.Writer, arg string) (*workspace.Run, error) {
+	return openRunSaying(stderr, arg, "pending", func(l workspace.Listed) bool { return l.Pending })
+}
+
+// openRunSaying is openRunArg that says why it could not on stderr and
+// returns the command's exit status as its error.
+func openRunSaying(stderr io.Writer, arg, what string, want func(workspace.Listed) bool) (*workspace.Run, error) {
+	run, err := openRunArg(arg, what, want)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+		return nil, exitError{1}
+	}
+	return run, nil
+}
+
 func openRunArg(arg, what string, want func(workspace.Listed) bool) (*workspace.Run, error) {
 	if workspace.IsID(arg) {
 		r, err := workspace.Open(arg)
@@ -483,10 +497,9 @@ func listState(l workspace.Listed) string {
 }
 
 func reviewRollback(stderr io.Writer, arg string) error {
-	run, err := openRunArg(arg, "applied", func(l workspace.Listed) bool { return l.Undoable })
+	run, err := openRunSaying(stderr, arg, "applied", func(l workspace.Listed) bool { return l.Undoable })
 	if err != nil {
-		fmt.Fprintf(stderr, "airlock: %v\n", err)
-		return exitError{1}
+		return err
 	}
 	defer run.Close()
 	if run.RolledBack {
@@ -563,10 +576,9 @@ func reviewList(stdout, stderr io.Writer, asJSON bool) error {
 }
 
 func reviewApply(stderr io.Writer, arg string) error {
-	run, err := openRunArg(arg, "pending", func(l workspace.Listed) bool { return l.Pending })
+	run, err := openPending(stderr, arg)
 	if err != nil {
-		fmt.Fprintf(stderr, "airlock: %v\n", err)
-		return exitError{1}
+		return err
 	}
 	defer run.Close()
 	if !run.Pending() {
