@@ -12,6 +12,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -43,32 +44,15 @@ func runCache(args []string) int {
 		fs.Usage()
 		return 2
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		logf("airlock-bench cache: the go tool is not in PATH")
-		return 1
-	}
-	if r, err := filepath.EvalSymlinks(goBin); err == nil {
-		goBin = r
-	}
-	goRoot := filepath.Dir(filepath.Dir(goBin))
-	tmp, err := os.MkdirTemp("", "airlock-bench-cache-")
+	tmp, goFlags, err := goModule("cache")
 	if err != nil {
 		logf("airlock-bench cache: %v", err)
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	ws := filepath.Join(tmp, "ws")
-	if err := os.Mkdir(ws, 0o755); err != nil {
-		logf("airlock-bench cache: %v", err)
-		return 1
-	}
-	os.WriteFile(filepath.Join(ws, "go.mod"), []byte("module example.com/tiny\n\ngo 1.21\n"), 0o644)
-	os.WriteFile(filepath.Join(ws, "main.go"), []byte(benchModMain), 0o644)
 	env := append(os.Environ(), "AIRLOCK_CACHE_DIR="+filepath.Join(tmp, "caches"))
 	build := func(cache bool) (float64, error) {
-		argv := []string{"run", "--workspace", ws, "--memory", "2GiB", "--disk", "2GiB",
-			"-e", "PATH=" + goRoot + "/bin:/usr/bin:/bin", "-e", "GOTOOLCHAIN=local", "-e", "GOFLAGS=-buildvcs=false", "-e", "CGO_ENABLED=0"}
+		argv := append([]string{"run"}, goFlags...)
 		if cache {
 			argv = append(argv, "--cache", "go")
 		}
@@ -118,3 +102,35 @@ func runCache(args []string) int {
 }
 
 func secs(msv float64) string { return fmt.Sprintf("%.2fs", msv/1000) }
+
+// goModule makes a temporary directory (the caller removes it) holding a
+// small Go module in ws/, and returns the directory with the `airlock run`
+// flags that build the module there with the host's Go toolchain.
+func goModule(bench string) (tmp string, flags []string, err error) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return "", nil, errors.New("the go tool is not in PATH")
+	}
+	if r, err := filepath.EvalSymlinks(goBin); err == nil {
+		goBin = r
+	}
+	goRoot := filepath.Dir(filepath.Dir(goBin))
+	tmp, err = os.MkdirTemp("", "airlock-bench-"+bench+"-")
+	if err != nil {
+		return "", nil, err
+	}
+	ws := filepath.Join(tmp, "ws")
+	err = os.Mkdir(ws, 0o755)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(ws, "go.mod"), []byte("module example.com/tiny\n\ngo 1.21\n"), 0o644)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(ws, "main.go"), []byte(benchModMain), 0o644)
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		return "", nil, err
+	}
+	return tmp, []string{"--workspace", ws, "--memory", "2GiB", "--disk", "2GiB",
+		"-e", "PATH=" + goRoot + "/bin:/usr/bin:/bin", "-e", "GOTOOLCHAIN=local", "-e", "GOFLAGS=-buildvcs=false", "-e", "CGO_ENABLED=0"}, nil
+}

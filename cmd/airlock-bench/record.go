@@ -38,28 +38,14 @@ func runRecord(args []string) int {
 		logf("airlock-bench record: --record needs root")
 		return 1
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		logf("airlock-bench record: the go tool is not in PATH")
-		return 1
-	}
-	if r, err := filepath.EvalSymlinks(goBin); err == nil {
-		goBin = r
-	}
-	goRoot := filepath.Dir(filepath.Dir(goBin))
-	tmp, err := os.MkdirTemp("", "airlock-bench-record-")
+	tmp, goFlags, err := goModule("record")
 	if err != nil {
 		logf("airlock-bench record: %v", err)
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	ws := filepath.Join(tmp, "ws")
-	os.Mkdir(ws, 0o755)
-	os.WriteFile(filepath.Join(ws, "go.mod"), []byte("module example.com/tiny\n\ngo 1.21\n"), 0o644)
-	os.WriteFile(filepath.Join(ws, "main.go"), []byte(benchModMain), 0o644)
 	env := append(os.Environ(), "AIRLOCK_CACHE_DIR="+filepath.Join(tmp, "caches"))
-	goFlags := []string{"--workspace", ws, "--memory", "2GiB", "--disk", "2GiB", "--cache", "go",
-		"-e", "PATH=" + goRoot + "/bin:/usr/bin:/bin", "-e", "GOTOOLCHAIN=local", "-e", "GOFLAGS=-buildvcs=false", "-e", "CGO_ENABLED=0"}
+	goFlags = append(goFlags, "--cache", "go")
 	rows := []struct {
 		name string
 		argv []string
