@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"sort"
 	"strconv"
@@ -141,12 +143,14 @@ func (c *Client) sandboxCall(ctx context.Context, method, id, rest string, in an
 // the daemon (GET /v1/sandboxes/{id}/ports/{port}, upgraded): what is
 // written goes to the server listening there, and its answer is read.
 // Nothing listening is an error matching ErrUnavailable.
-func (c *Client) DialPort(ctx context.Context, id string, port int) (io.ReadWriteCloser, error) {
+func (c *Client) DialPort(ctx context.Context, id string, port int) (*Tunnel, error) {
 	p, err := sandboxPath(id, "/ports/"+strconv.Itoa(port))
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+p, nil)
+	var conn net.Conn
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conn = i.Conn }}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, c.base+p, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -169,5 +173,24 @@ func (c *Client) DialPort(ctx context.Context, id string, port int) (io.ReadWrit
 		resp.Body.Close()
 		return nil, fmt.Errorf("airlock: port %d: the daemon's answer is not a stream", port)
 	}
-	return rwc, nil
+	return &Tunnel{rwc: rwc, conn: conn}, nil
+}
+
+// Tunnel is a stream to a port inside a sandbox (DialPort).
+type Tunnel struct {
+	rwc  io.ReadWriteCloser // reads start with what the HTTP client buffered
+	conn net.Conn           // the connection under it, for CloseWrite
+}
+
+func (t *Tunnel) Read(p []byte) (int, error)  { return t.rwc.Read(p) }
+func (t *Tunnel) Write(p []byte) (int, error) { return t.rwc.Write(p) }
+func (t *Tunnel) Close() error                { return t.rwc.Close() }
+
+// CloseWrite ends the stream's sending half: the server inside reads an
+// end of stream and its answer can still be read.
+func (t *Tunnel) CloseWrite() error {
+	if cw, ok := t.conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return fmt.Errorf("airlock: this connection to the daemon cannot close its write half alone")
 }

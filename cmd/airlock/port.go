@@ -68,10 +68,18 @@ first, on a line of its own.`,
 						return
 					}
 					defer rc.Close()
+					// Each end of stream is passed on as a half-close, so a
+					// client that ends its request still reads the answer.
 					done := make(chan struct{})
-					go func() { io.Copy(rc, lc); rc.Close(); close(done) }()
-					io.Copy(lc, rc)
-					lc.Close()
+					go func() {
+						if _, err := io.Copy(rc, lc); err != nil || rc.CloseWrite() != nil {
+							rc.Close()
+						}
+						close(done)
+					}()
+					if _, err := io.Copy(lc, rc); err != nil || lc.(*net.TCPConn).CloseWrite() != nil { // Listen("tcp") accepts TCP
+						lc.Close()
+					}
 					<-done
 				}()
 			}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -52,20 +53,47 @@ func (s *Server) portTunnel(w http.ResponseWriter, r *http.Request) error {
 	}
 	start := time.Now()
 	s.log.Info("port tunnel opened", "sandbox", id, "port", port, "remote", r.RemoteAddr)
-	var once sync.Once
-	end := func() { once.Do(func() { nc.Close(); conn.Close() }) }
-	upc := make(chan int64, 1)
-	go func() {
-		n, _ := io.Copy(conn, brw.Reader) // what the client sent, buffered bytes first
-		end()
-		upc <- n
-	}()
-	down, _ := io.Copy(nc, conn)
-	end()
-	up := <-upc
+	up, down := splice(nc, brw.Reader, conn)
 	s.log.Info("port tunnel closed", "sandbox", id, "port", port, "remote", r.RemoteAddr, "bytes_up", up, "bytes_down", down,
 		"ms", time.Since(start).Milliseconds())
 	return nil
+}
+
+// closeWriter is a connection whose write half can end alone (TCP, unix
+// and TLS connections).
+type closeWriter interface{ CloseWrite() error }
+
+// halfCloseGrace bounds how long the client may go on sending once the
+// sandbox's side has ended: a server that closed is done with the stream.
+const halfCloseGrace = 5 * time.Second
+
+// splice copies client (buffered bytes first, from in) to conn and conn to
+// client until both directions end, and returns the bytes each way. An end
+// of stream in one direction is passed on as a half-close, so a client that
+// sends a request and then ends its side still reads the whole answer; an
+// error in either direction, or a connection that cannot half-close, closes
+// both.
+func splice(client net.Conn, in io.Reader, conn net.Conn) (up, down int64) {
+	var once sync.Once
+	end := func() { once.Do(func() { client.Close(); conn.Close() }) }
+	defer end()
+	upc := make(chan int64, 1)
+	go func() {
+		n, err := io.Copy(conn, in)
+		if cw, ok := conn.(closeWriter); err == nil && ok && cw.CloseWrite() == nil {
+			upc <- n
+			return
+		}
+		end()
+		upc <- n
+	}()
+	down, err := io.Copy(client, conn)
+	if cw, ok := client.(closeWriter); err == nil && ok && cw.CloseWrite() == nil {
+		client.SetReadDeadline(time.Now().Add(halfCloseGrace))
+	} else {
+		end()
+	}
+	return <-upc, down
 }
 
 // headerHas says whether a comma-separated header holds token.

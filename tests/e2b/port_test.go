@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -124,4 +125,80 @@ func TestPortTunnel(t *testing.T) {
 	if !strings.Contains(d.Logs(), "port tunnel opened") {
 		t.Errorf("tunnels were not logged")
 	}
+}
+
+// afterEOFServer answers each connection only once the client has ended
+// its side: it reads to the end of stream, then says how much it read.
+const afterEOFServer = `
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8125)); s.listen(8)
+print("listening", flush=True)
+while True:
+    c, _ = s.accept()
+    n = 0
+    while True:
+        b = c.recv(65536)
+        if not b: break
+        n += len(b)
+    time.sleep(0.1)
+    c.sendall(b"read %d bytes" % n); c.close()
+`
+
+// TestPortTunnelHalfClose: a client that ends its side of a tunnel (a
+// request then an end of stream, as HTTP/1.0 clients and nc do) still
+// reads the whole answer, through the Go client and through `airlock
+// port`; the daemon passes each end of stream on instead of closing both.
+func TestPortTunnelHalfClose(t *testing.T) {
+	d := startE2B(t, "")
+	ctx := testdaemon.Ctx(t)
+	sb, err := d.C.CreateSandbox(ctx, &api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := d.C.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"python3", "-u", "-c", afterEOFServer}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, d, sb.ID, p.ID, "listening")
+	send := func(name string, w io.Writer, closeWrite func() error, r io.Reader) {
+		t.Helper()
+		if _, err := w.Write(make([]byte, 100000)); err != nil {
+			t.Fatalf("%s: write: %v", name, err)
+		}
+		if err := closeWrite(); err != nil {
+			t.Fatalf("%s: close the write half: %v", name, err)
+		}
+		b, err := io.ReadAll(r)
+		if got := string(b); err != nil || got != "read 100000 bytes" {
+			t.Errorf("%s: answer after the end of the request: %q, %v", name, got, err)
+		}
+	}
+
+	tun, err := d.C.DialPort(ctx, sb.ID, 8125)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send("client.DialPort", tun, tun.CloseWrite, tun)
+	tun.Close()
+
+	cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, testdaemon.Bin, "port", sb.ID, "8125", "--host", "unix://"+d.Sock)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("airlock port printed no address: %v", err)
+	}
+	c, err := net.Dial("tcp", strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	send("airlock port", c, c.(*net.TCPConn).CloseWrite, c)
 }
