@@ -5,6 +5,7 @@ package cgroup
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 var errNotSupported = errors.New("cgroups: not supported on this OS")
@@ -38,3 +39,10 @@ func (c *Cgroup) SetPids(n int64) error { return errNotSupported }
 
 // Open fails: cgroups are Linux only.
 func Open(paths []string) (*Cgroup, error) { return nil, errNotSupported }
+
+func (c *Cgroup) EnterThread() (func() error, error) { return nil, errNotSupported }
+
+// ErrThreadStuck: see the Linux version.
+var ErrThreadStuck = errors.New("the thread is left in the cgroup")
+
+func ThreadGone(tid int, timeout time.Duration) bool { return true }
