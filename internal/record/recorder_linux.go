@@ -126,6 +126,30 @@ func (r *Recorder) Start(listener *os.File, initPid int, cgroups []string, inter
 	go r.usageLoop(interval)
 }
 
+// Resume is Start for a sandbox that was already running under another
+// supervisor (the daemon before a restart): the processes in its cgroups
+// now are members too, their starts unknown.
+func (r *Recorder) Resume(listener *os.File, initPid int, cgroups []string, interval time.Duration) {
+	r.mu.Lock()
+	for _, d := range cgroups {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil || pid == initPid {
+				continue
+			}
+			if st := readStatus(pid); st.nsPid > 0 {
+				r.tr.Member(pid, st.nsPid)
+			}
+		}
+	}
+	r.mu.Unlock()
+	r.Start(listener, initPid, cgroups, interval)
+}
+
 // drainLocked feeds every queued connector event to the tracker.
 func (r *Recorder) drainLocked() {
 	err := r.conn.drain(func(ev connEvent) {
