@@ -239,11 +239,17 @@ func (r *Recorder) notifLoop() {
 			return
 		}
 		r.mu.Lock()
-		if !r.finished {
+		finished := r.finished
+		if !finished {
 			r.drainLocked()
 			r.tr.Notify(r.readCall(fd, &n))
 		}
 		r.mu.Unlock()
+		if finished {
+			// Never let a call go that is not in the record (a RECV that
+			// returned after Stop or Detach gave up waiting).
+			return
+		}
 		resp := seccompNotifResp{ID: n.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
 		unix.Syscall(unix.SYS_IOCTL, uintptr(fd), ioctlSend, uintptr(unsafe.Pointer(&resp)))
 	}
@@ -493,6 +499,36 @@ func readStatus(pid int) procStatus {
 		}
 	}
 	return st
+}
+
+// Detach stops following a sandbox that goes on running (the daemon shuts
+// down; the next one takes the listener over): no notification is
+// answered from here on, the connector is drained, execs in flight are
+// written as unconfirmed, and nothing else is settled. No end event.
+func (r *Recorder) Detach() {
+	select {
+	case <-r.stop:
+		return
+	default:
+	}
+	close(r.stop)
+	unix.Close(r.wakeW)
+	defer unix.Close(r.wakeR)
+	if r.started {
+		r.wg.Wait()
+		<-r.usageEnd
+		select {
+		case <-r.notifEnd:
+			r.listener.Close()
+		case <-time.After(2 * time.Second):
+		}
+	}
+	r.mu.Lock()
+	r.drainLocked()
+	r.tr.Flush()
+	r.finished = true
+	r.mu.Unlock()
+	r.conn.Close()
 }
 
 // Stop ends the record once the sandbox is destroyed (every process of it

@@ -172,6 +172,18 @@ func (t *Tracker) Loss(at uint64, reason string) {
 	}
 }
 
+// Flush settles every exec still in flight as unconfirmed, and keeps the
+// members: for a supervisor that stops following a sandbox that goes on
+// (Recorder.Detach).
+func (t *Tracker) Flush() {
+	for tg, list := range t.pending {
+		for _, p := range list {
+			t.resolve(p, ResultUnconfirmed)
+		}
+		delete(t.pending, tg)
+	}
+}
+
 // Finish ends the record once every process of the sandbox is gone and
 // the connector is drained: execs still in flight are unconfirmed, and
 // processes whose exit was never seen get an exit marked lost.
