@@ -488,3 +488,55 @@ func TestRecordServiceCLI(t *testing.T) {
 		t.Errorf("events of a sandbox without record: %v %q", err, stderr.String())
 	}
 }
+
+// TestRecordServiceNetAndPool: a record sandbox with network access has
+// its gateway's requests in the record (allowed and denied, as the
+// network audit has them); a daemon with a warm pool makes a record
+// sandbox cold, with its record (start event, execs), not from the pool.
+func TestRecordServiceNetAndPool(t *testing.T) {
+	needRecordRoot(t)
+	up := newUpstream(t)
+	d := startDaemon(t, netHosts+"pools:\n  - policy: default\n    size: 1\n")
+	eventually(t, 2*time.Minute, "a full pool", func() bool {
+		return d.metric(t, `airlock_pool_ready{image="",policy="default"}`) == 1
+	})
+	sb := d.create(t, &api.CreateSandboxRequest{Record: true})
+	if !sb.Record {
+		t.Fatal("record sandbox shows record false")
+	}
+	if _, err := d.c.Exec(ctxT(t), sb.ID, &api.ExecRequest{Argv: []string{"/bin/true", "pool-check"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, d.c, sb.ID, "", "the exec", func(ev api.RecordEvent) bool {
+		return ev.Type == api.RecordExec && slices.Equal(ev.Argv, []string{"/bin/true", "pool-check"})
+	})
+	if evs := recordEvents(t, d.c, sb.ID, client.EventsQuery{}); evs[0].Type != api.RecordStart {
+		t.Fatalf("the record sandbox's record does not start with start: %+v", evs[0])
+	}
+
+	nsb := d.create(t, &api.CreateSandboxRequest{Policy: netPolicy, Record: true})
+	p := up.port
+	out := d.sh(t, nsb.ID, curl("http://api.test:"+p+"/a")+curl("http://other.test:"+p+"/c")+"true")
+	if out != "200 403 " {
+		t.Fatalf("requests: %q", out)
+	}
+	// Followed (type=net) until both are in: the gateway's records are
+	// copied into the record as they are made.
+	var allowed, denied bool
+	waitEvent(t, d.c, nsb.ID, "", "the allowed and the denied request", func(e api.RecordEvent) bool {
+		if e.Type != api.RecordNet || e.Allowed == nil {
+			return false
+		}
+		allowed = allowed || (*e.Allowed && e.Host == "api.test" && e.URLPath == "/a" && e.Method == "GET")
+		denied = denied || (!*e.Allowed && e.Host == "other.test" && e.Rule != "")
+		return allowed && denied
+	})
+	for _, e := range recordEvents(t, d.c, nsb.ID, client.EventsQuery{Types: []string{api.RecordNet}}) {
+		if e.Type != api.RecordNet {
+			t.Fatalf("type=net gave %+v", e)
+		}
+	}
+	if !allowed || !denied {
+		t.Fatalf("net events in the record: allowed %v, denied %v", allowed, denied)
+	}
+}
