@@ -540,3 +540,57 @@ func TestRecordServiceNetAndPool(t *testing.T) {
 		t.Fatalf("net events in the record: allowed %v, denied %v", allowed, denied)
 	}
 }
+
+// TestRecordServiceCap: a record is bounded (record_max_events): the first
+// events are kept, the last kept is a loss event saying the record is
+// full, and later execs (which still run) are not stored. The control: a
+// daemon with the default bound keeps every exec of the same script.
+func TestRecordServiceCap(t *testing.T) {
+	needRecordRoot(t)
+	const script = `i=0; while [ $i -lt 150 ]; do /bin/true "c$i"; i=$((i+1)); done`
+	for _, capped := range []bool{true, false} {
+		extra := ""
+		if capped {
+			extra = "record_max_events: 100\n"
+		}
+		d := startDaemon(t, extra)
+		ctx := ctxT(t)
+		sb := d.create(t, &api.CreateSandboxRequest{Record: true})
+		res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", script + "; /bin/true last"}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("script: %+v %v", res, err)
+		}
+		// A second exec waits until the first one's are settled; with
+		// the cap, the record ends in its loss event.
+		if capped {
+			waitEvent(t, d.c, sb.ID, "", "the loss event", func(ev api.RecordEvent) bool {
+				return ev.Type == api.RecordLoss && strings.Contains(ev.Reason, "full")
+			})
+			if _, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"/bin/true", "past-the-cap"}}); err != nil {
+				t.Fatalf("an exec past the cap does not run: %v", err)
+			}
+			// End the sandbox (its TTL): everything it made is stored
+			// before it is final, and a follow ends then.
+			if _, err := d.c.SetTimeout(ctx, sb.ID, 10*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			fctx, cancel := context.WithTimeout(ctx, time.Minute)
+			err := d.c.FollowEvents(fctx, sb.ID, client.EventsQuery{}, func(api.RecordEvent) error { return nil })
+			cancel()
+			if err != nil {
+				t.Fatalf("follow until the sandbox ends: %v", err)
+			}
+			evs := recordEvents(t, d.c, sb.ID, client.EventsQuery{})
+			if len(evs) != 100 || evs[99].Type != api.RecordLoss || evs[0].Type != api.RecordStart {
+				t.Fatalf("capped record: %d events, first %+v, last %+v", len(evs), evs[0], evs[len(evs)-1])
+			}
+			continue
+		}
+		waitEvent(t, d.c, sb.ID, "", "the last exec", func(ev api.RecordEvent) bool {
+			return ev.Type == api.RecordExec && slices.Equal(ev.Argv, []string{"/bin/true", "last"})
+		})
+		if n := len(execsOf(recordEvents(t, d.c, sb.ID, client.EventsQuery{}))); n != 152 {
+			t.Fatalf("uncapped record: %d execs, want 152", n)
+		}
+	}
+}
