@@ -73,8 +73,8 @@ func InitMain() {
 	// descriptor closed (the daemon killed), every exec in the sandbox
 	// would fail with ENOSYS instead of waiting for the next daemon, which
 	// takes this copy back with pidfd_getfd. It stays close-on-exec, and
-	// the init is not dumpable and pidfd_getfd is denied to the sandbox,
-	// so nothing in the sandbox can reach it.
+	// the init is not dumpable, so nothing in the sandbox (no
+	// capabilities) reaches it through /proc/1/fd or pidfd_getfd.
 	for _, fd := range handedOut {
 		if fd != ready.ExecListenerFD {
 			unix.Close(fd)
