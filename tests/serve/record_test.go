@@ -262,6 +262,28 @@ os.waitpid(pid, 0)
 	if !viaMemfd || !perl {
 		t.Errorf("missing from the record: memfd %v, perl's argv at exec %v", viaMemfd, perl)
 	}
+
+	// The init keeps a copy of the exec listener: nothing in the sandbox
+	// reaches it, through /proc/1/fd (the control: /proc/self/fd lists)
+	// or pidfd_getfd on the init.
+	res, err = d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"/bin/sh", "-c", "ls /proc/self/fd >/dev/null && echo self-ok; ls -l /proc/1/fd/ 2>&1; echo; python3 -c '" + `
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+pfd = libc.syscall(434, 1, 0)
+got = []
+for fd in range(64):
+    r = libc.syscall(438, pfd, fd, 0)
+    if r >= 0:
+        got.append(os.readlink("/proc/self/fd/%d" % r))
+print("pidfd", pfd, "got", got)
+` + "'"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(res.Stdout)
+	if !strings.Contains(out, "self-ok") || strings.Contains(out, "seccomp") || !strings.Contains(out, "got []") {
+		t.Errorf("the init's listener is reachable from the sandbox, or the control failed:\n%s%s", out, res.Stderr)
+	}
 }
 
 // TestRecordServiceFollowTenantsRestart: following (NDJSON and SSE) sees
