@@ -616,3 +616,29 @@ func TestRecordServiceCap(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordServiceRefused: a daemon that cannot keep a record (here, one
+// without cgroups, whose usage the record samples) refuses record: true
+// with 501 naming the record, and nothing is left of the sandbox; the
+// control: a sandbox without record is made there.
+func TestRecordServiceRefused(t *testing.T) {
+	needRecordRoot(t)
+	d := startDaemon(t, "insecure:\n  no_cgroups: true\n")
+	ctx := ctxT(t)
+	_, err := d.c.CreateSandbox(ctx, &api.CreateSandboxRequest{Record: true})
+	wantCode(t, "record without cgroups", err, http.StatusNotImplemented)
+	if !strings.Contains(err.Error(), "record") {
+		t.Errorf("the refusal does not name the record: %v", err)
+	}
+	list, err := d.c.AllSandboxes(ctx, client.ListOptions{})
+	if err != nil || len(list) != 0 {
+		t.Fatalf("a refused creation left sandboxes: %+v %v", list, err)
+	}
+	plain := d.create(t, &api.CreateSandboxRequest{})
+	if plain.Record {
+		t.Fatal("control sandbox shows record")
+	}
+	if _, err := d.c.Events(ctx, plain.ID, client.EventsQuery{}); err == nil {
+		t.Fatal("events of a sandbox without record: no error")
+	}
+}
