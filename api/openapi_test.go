@@ -23,7 +23,7 @@ var schemaTypes = []any{
 	SignalRequest{}, OutputEvent{}, FileInfo{}, FileList{}, MkdirRequest{},
 	RenameRequest{}, PTYStart{}, PTYControl{}, PTYSize{}, PTYExit{}, APIKey{},
 	CreateKeyRequest{}, KeyList{}, Error{}, ErrorBody{}, NetworkEvent{}, NetworkEventsPage{},
-	NetworkPolicy{}, HTTPRule{},
+	NetworkPolicy{}, HTTPRule{}, RecordEvent{}, RecordEventsPage{},
 }
 
 // unauthenticated are the operations that need no API key.

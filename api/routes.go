@@ -60,6 +60,11 @@ var Routes = []Route{
 	// network namespace).
 	{"GET", "/v1/sandboxes/{id}/ports/{port}", "portTunnel"},
 
+	// Activity record (sandboxes made with record: true; others 409).
+	// ?type=T, ?since=RFC3339, ?cursor=C, ?limit=N -> RecordEventsPage;
+	// ?follow=true streams RecordEvents like .../network.
+	{"GET", "/v1/sandboxes/{id}/events", "recordEvents"},
+
 	// Files. ?path= is absolute in the sandbox or relative to /workspace.
 	{"GET", "/v1/sandboxes/{id}/files", "readFile"},     // -> raw content, HeaderFileSize, HeaderFileMode
 	{"PUT", "/v1/sandboxes/{id}/files", "writeFile"},    // raw body, ?mode=0644 (octal) -> 204; atomic

@@ -64,6 +64,9 @@ type Sandbox struct {
 	// Tenant is the tenant of the API key that created it ("" when made
 	// over the unix socket or with a key that has no tenant).
 	Tenant string `json:"tenant,omitempty"`
+	// Record is true for a sandbox made with an activity record
+	// (CreateSandboxRequest.Record): GET /v1/sandboxes/{id}/events.
+	Record bool `json:"record,omitempty"`
 }
 
 // Resources are a sandbox's limits. Sizes are strings with an optional
@@ -110,6 +113,13 @@ type CreateSandboxRequest struct {
 	// tool's variables set unless Env sets them), or "NAME:/path". The
 	// daemon keeps one set, shared by every caller.
 	Caches []string `json:"caches,omitempty"`
+	// Record keeps an activity record of the sandbox, written by the
+	// daemon (never by code inside): every exec with its argv, every exit,
+	// network requests and resource use (GET /v1/sandboxes/{id}/events).
+	// It needs a daemon running as root with the native runtime; if the
+	// record cannot be set up, the creation fails and nothing is left.
+	// Never served from a warm pool.
+	Record bool `json:"record,omitempty"`
 }
 
 // File is a file to write at creation. Relative paths are under /workspace.
@@ -288,6 +298,96 @@ type NetworkEventsPage struct {
 	// NextCursor is set when there are more events now: pass it as
 	// ?cursor= with the same filters for the next page. Absent on the last
 	// page (to poll for later events, use the last event's cursor).
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// Types of RecordEvent.
+const (
+	RecordStart = "start" // the record begins (the sandbox was made)
+	RecordExec  = "exec"  // a process called execve or execveat
+	RecordExit  = "exit"  // a process of the sandbox ended
+	RecordNet   = "net"   // a connection or request through the egress gateway
+	RecordUsage = "usage" // a resource use sample of the sandbox's cgroup
+	RecordLoss  = "loss"  // events are missing, and why
+	RecordEnd   = "end"   // the record ends (the sandbox ended)
+)
+
+// RecordEvent is one event of a sandbox's activity record
+// (GET /v1/sandboxes/{id}/events): the schema of `airlock run --record`'s
+// lines, with a cursor. Fields that do not apply to the type are absent.
+type RecordEvent struct {
+	// Cursor is the value of ?cursor= (or, for SSE, Last-Event-ID) that
+	// lists the events after this one.
+	Cursor string    `json:"cursor"`
+	Type   string    `json:"type"`
+	Time   time.Time `json:"time"`
+
+	// start and end: the sandbox; end: why it ended.
+	Sandbox string `json:"sandbox,omitempty"`
+	Version int    `json:"version,omitempty"`
+
+	// exec and exit: pids as seen inside the sandbox and on the host.
+	Pid      int `json:"pid,omitempty"`
+	HostPid  int `json:"host_pid,omitempty"`
+	PPid     int `json:"ppid,omitempty"`
+	HostPPid int `json:"host_ppid,omitempty"`
+
+	// exec: the call (execve or execveat), the path as passed, what a
+	// descriptor path named (e.g. "/memfd:x (deleted)"), argv as read
+	// while the caller waited, the working directory, and the outcome:
+	// "ok", "failed" or "unconfirmed".
+	Syscall       string   `json:"syscall,omitempty"`
+	Path          string   `json:"path,omitempty"`
+	PathTarget    string   `json:"path_target,omitempty"`
+	Argv          []string `json:"argv,omitempty"`
+	ArgvTruncated bool     `json:"argv_truncated,omitempty"`
+	Cwd           string   `json:"cwd,omitempty"`
+	Result        string   `json:"result,omitempty"`
+
+	// exit: Exited with Code, or Signal (and Core); DurationMs from the
+	// fork (absent when the start is unknown); Lost when the exit was
+	// never seen.
+	Exited     bool     `json:"exited,omitempty"`
+	Code       *int     `json:"code,omitempty"`
+	Signal     int      `json:"signal,omitempty"`
+	Core       bool     `json:"core,omitempty"`
+	DurationMs *float64 `json:"duration_ms,omitempty"`
+	Lost       bool     `json:"lost,omitempty"`
+
+	// net: as in NetworkEvent.
+	Proto     string `json:"proto,omitempty"`
+	Method    string `json:"method,omitempty"`
+	Host      string `json:"host,omitempty"`
+	Port      int    `json:"port,omitempty"`
+	Addr      string `json:"addr,omitempty"`
+	URLPath   string `json:"url_path,omitempty"`
+	Allowed   *bool  `json:"allowed,omitempty"`
+	Rule      string `json:"rule,omitempty"`
+	BytesUp   int64  `json:"bytes_up,omitempty"`
+	BytesDown int64  `json:"bytes_down,omitempty"`
+	// Error: why a net request failed, or why an exec's memory could not
+	// be read. Not "error": in a stream, a line whose "error" is an object
+	// is the stream's error.
+	Error string `json:"error_message,omitempty"`
+
+	// usage: cumulative CPU time, memory in use and its peak, tasks.
+	CPUNs           *uint64 `json:"cpu_ns,omitempty"`
+	MemoryBytes     *uint64 `json:"memory_bytes,omitempty"`
+	MemoryPeakBytes *uint64 `json:"memory_peak_bytes,omitempty"`
+	Pids            *uint64 `json:"pids,omitempty"`
+
+	// loss and end: why.
+	Reason string `json:"reason,omitempty"`
+}
+
+// RecordEventsPage is the body of GET /v1/sandboxes/{id}/events: the
+// sandbox's activity record, oldest first. Filters: ?type=T (repeatable or
+// comma-separated), ?since=RFC3339 time, ?cursor=C, ?limit=N (1..1000,
+// default 100).
+type RecordEventsPage struct {
+	Events []RecordEvent `json:"events"`
+	// NextCursor is set when there are more events now: pass it as
+	// ?cursor= with the same filters for the next page.
 	NextCursor string `json:"next_cursor,omitempty"`
 }
 

@@ -78,26 +78,17 @@ func (c *Client) NetworkEvents(ctx context.Context, id string, q NetworkQuery) (
 // same events. Read it with Next, and Close it. A stream that breaks is not
 // resumed: FollowNetwork does that.
 func (c *Client) NetworkStream(ctx context.Context, id string, q NetworkQuery, sse bool) (*NetworkStream, error) {
-	p, err := sandboxPath(id, "/network")
+	s, err := openCursorStream[api.NetworkEvent](ctx, c, id, "/network", "network", q.query(), q.Cursor, sse)
 	if err != nil {
 		return nil, err
 	}
-	v := q.query()
-	v.Del("limit")
-	v.Set("follow", "true")
-	body, sse, err := c.openStream(ctx, p, v, sse, q.Cursor)
-	if err != nil {
-		return nil, err
-	}
-	return &NetworkStream{r: newEventReader(body, sse), cursor: q.Cursor}, nil
+	return &NetworkStream{s}, nil
 }
 
 // NetworkStream is one HTTP stream of a sandbox's egress audit. It is not
 // safe for concurrent use.
 type NetworkStream struct {
-	r      eventReader
-	cursor string
-	err    error // sticky: returned by every later Next
+	s *cursorStream[api.NetworkEvent]
 }
 
 // Next returns the next event. It returns io.EOF when the stream ended
@@ -105,40 +96,15 @@ type NetworkStream struct {
 // io.ErrUnexpectedEOF when the stream was cut, an *Error when the daemon
 // reported one in the stream (ErrUnavailable while it shuts down), or the
 // transport's error.
-func (s *NetworkStream) Next() (api.NetworkEvent, error) {
-	if s.err != nil {
-		return api.NetworkEvent{}, s.err
-	}
-	data, id, err := s.r.next()
-	var ev api.NetworkEvent
-	if err == nil {
-		err = decodeStreamEvent("network", data, &ev)
-	}
-	if err == nil && ev.Cursor == "" {
-		if ev.Cursor = id; id == "" {
-			err = fmt.Errorf("airlock: network stream: event without a cursor: %.80q", data)
-		}
-	}
-	if err != nil {
-		s.err = err
-		return api.NetworkEvent{}, err
-	}
-	s.cursor = ev.Cursor
-	return ev, nil
-}
+func (s *NetworkStream) Next() (api.NetworkEvent, error) { return s.s.next() }
 
 // Cursor returns the cursor of the last event Next returned (the one the
 // stream was opened with before that): a query with it resumes right after
 // that event.
-func (s *NetworkStream) Cursor() string { return s.cursor }
+func (s *NetworkStream) Cursor() string { return s.s.cursor }
 
 // Close closes the stream.
-func (s *NetworkStream) Close() error {
-	if s.err == nil {
-		s.err = errors.New("airlock: network stream closed")
-	}
-	return s.r.body.Close()
-}
+func (s *NetworkStream) Close() error { return s.s.close() }
 
 // FollowNetwork calls fn with each record of the egress audit of sandbox
 // id that q selects, from q.Cursor on, then with each new one as the
@@ -149,21 +115,105 @@ func (s *NetworkStream) Close() error {
 // repeated; it gives up after 30 attempts or a minute without an event. An
 // error from fn ends it and is returned as is.
 func (c *Client) FollowNetwork(ctx context.Context, id string, q NetworkQuery, fn func(api.NetworkEvent) error) error {
-	return reconnect(ctx, "network events of sandbox "+id, func() (progressed, done bool, err error) {
+	return followCursor(ctx, "network events of sandbox "+id, q.Cursor, func(cursor string) (*cursorStream[api.NetworkEvent], error) {
+		q.Cursor = cursor
 		s, err := c.NetworkStream(ctx, id, q, false)
+		if err != nil {
+			return nil, err
+		}
+		return s.s, nil
+	}, fn)
+}
+
+// cursorEvent is an event of a stream whose events carry cursors.
+type cursorEvent interface {
+	api.NetworkEvent | api.RecordEvent
+}
+
+func cursorOf[E cursorEvent](ev *E) *string {
+	switch e := any(ev).(type) {
+	case *api.NetworkEvent:
+		return &e.Cursor
+	case *api.RecordEvent:
+		return &e.Cursor
+	}
+	panic("unreachable")
+}
+
+// cursorStream is one HTTP stream of stored events with cursors (the
+// egress audit, the activity record).
+type cursorStream[E cursorEvent] struct {
+	what   string // "network", in messages
+	r      eventReader
+	cursor string
+	err    error // sticky: returned by every later next
+}
+
+// openCursorStream opens GET /v1/sandboxes/{id}{rest}?follow=true with
+// the query v (its limit dropped).
+func openCursorStream[E cursorEvent](ctx context.Context, c *Client, id, rest, what string, v url.Values, cursor string, sse bool) (*cursorStream[E], error) {
+	p, err := sandboxPath(id, rest)
+	if err != nil {
+		return nil, err
+	}
+	v.Del("limit")
+	v.Set("follow", "true")
+	body, sse, err := c.openStream(ctx, p, v, sse, cursor)
+	if err != nil {
+		return nil, err
+	}
+	return &cursorStream[E]{what: what, r: newEventReader(body, sse), cursor: cursor}, nil
+}
+
+func (s *cursorStream[E]) next() (E, error) {
+	var ev E
+	if s.err != nil {
+		return ev, s.err
+	}
+	data, id, err := s.r.next()
+	if err == nil {
+		err = decodeStreamEvent(s.what, data, &ev)
+	}
+	c := cursorOf(&ev)
+	if err == nil && *c == "" {
+		if *c = id; id == "" {
+			err = fmt.Errorf("airlock: %s stream: event without a cursor: %.80q", s.what, data)
+		}
+	}
+	if err != nil {
+		s.err = err
+		var zero E
+		return zero, err
+	}
+	s.cursor = *c
+	return ev, nil
+}
+
+func (s *cursorStream[E]) close() error {
+	if s.err == nil {
+		s.err = fmt.Errorf("airlock: %s stream closed", s.what)
+	}
+	return s.r.body.Close()
+}
+
+// followCursor is FollowNetwork's and FollowEvents's loop: open (from a
+// cursor), read, call fn, and reconnect from the last cursor fn got.
+func followCursor[E cursorEvent](ctx context.Context, what, cursor string, open func(cursor string) (*cursorStream[E], error), fn func(E) error) error {
+	return reconnect(ctx, what, func() (progressed, done bool, err error) {
+		s, err := open(cursor)
 		if err != nil {
 			return false, false, err
 		}
-		defer s.Close()
+		defer s.close()
 		for {
-			ev, err := s.Next()
+			ev, err := s.next()
 			if errors.Is(err, io.EOF) {
 				return progressed, true, nil
 			}
 			if err != nil {
 				return progressed, false, err
 			}
-			q.Cursor = ev.Cursor
+			cursor = *cursorOf(&ev)
 			progressed = true
 			if err := fn(ev); err != nil {
 				return true, true, err

@@ -20,6 +20,7 @@ type createFlags struct {
 	timeout                    time.Duration
 	cpu                        float64
 	pids                       int64
+	record                     bool
 }
 
 func newCreateCmd() *cobra.Command {
@@ -48,6 +49,7 @@ expires, or it stays idle for its idle timeout.`,
 	fl.StringVar(&f.memory, "memory", "", "memory limit (e.g. 512M, 2G)")
 	fl.Float64Var(&f.cpu, "cpu", 0, "CPU cores (e.g. 1.5)")
 	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads")
+	fl.BoolVar(&f.record, "record", false, "keep an activity record of the sandbox, written by the daemon (airlock events ID); needs a daemon running as root")
 	cmd.MarkFlagsMutuallyExclusive("policy", "policy-name")
 	addHostFlag(cmd)
 	return cmd
@@ -61,6 +63,7 @@ func createRequest(f *createFlags) (*api.CreateSandboxRequest, error) {
 		PolicyName: f.policyName,
 		Resources:  api.Resources{Memory: f.memory, CPU: f.cpu, Pids: f.pids},
 		Caches:     f.caches,
+		Record:     f.record,
 	}
 	var err error
 	if req.Labels, err = parsePairs("--label", f.labels); err != nil {

@@ -56,7 +56,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newDoctorCmd(), newCreateCmd(), newLsCmd(), newExecCmd(), newCpCmd(), newLogsCmd(), newPauseCmd(), newResumeCmd(), newRmCmd(), newNetCmd(), newKeysCmd(), newPortCmd(), newReviewCmd())
+	root.AddCommand(newRunCmd(), newDoctorCmd(), newCreateCmd(), newLsCmd(), newExecCmd(), newCpCmd(), newLogsCmd(), newPauseCmd(), newResumeCmd(), newRmCmd(), newNetCmd(), newEventsCmd(), newKeysCmd(), newPortCmd(), newReviewCmd())
 	root.AddCommand(newPolicyCmd())
 	root.AddCommand(newServeCmd())
 	root.AddCommand(newMCPCmd())

@@ -265,6 +265,12 @@ type Ready struct {
 	Placeholders []string `json:"placeholders,omitempty"`
 	// Steps is the time in nanoseconds each setup step took inside the sandbox.
 	Steps map[string]int64 `json:"steps,omitempty"`
+	// ExecListenerFD is, for a detached sandbox with an exec listener, the
+	// descriptor number under which the init keeps its own copy of the
+	// listener, so that a supervisor that adopts the sandbox later can
+	// take it back (pidfd_getfd) and the listener never closes while the
+	// sandbox lives; 0: none kept.
+	ExecListenerFD int `json:"exec_listener_fd,omitempty"`
 }
 
 // Error reports a failure. Layer names the isolation layer or step that

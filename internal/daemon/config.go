@@ -50,6 +50,9 @@ type Config struct {
 	MaxOutput      string `yaml:"max_output"`
 	MaxUpload      string `yaml:"max_upload"`
 	Retention      string `yaml:"retention"`
+	// RecordMaxEvents bounds the activity record of each sandbox made with
+	// record: true (0: 100000).
+	RecordMaxEvents int `yaml:"record_max_events"`
 
 	Images       map[string]string    `yaml:"images"`
 	Policies     map[string]string    `yaml:"policies"`
@@ -257,6 +260,10 @@ func (c *Config) manager() (manager.Config, int64, error) {
 		maxUpload = n
 	}
 	mc.MaxSandboxes, mc.MaxCreating, mc.QueueSize = c.MaxSandboxes, c.MaxCreating, c.QueueSize
+	if c.RecordMaxEvents != 0 && c.RecordMaxEvents < 100 {
+		return mc, 0, fmt.Errorf("config: record_max_events: %d: want at least 100 (0: the default, 100000)", c.RecordMaxEvents)
+	}
+	mc.RecordKeep = c.RecordMaxEvents
 	if mc.MaxSandboxes < 0 || mc.MaxCreating < 0 || mc.QueueSize < 0 {
 		return mc, 0, errors.New("config: max_sandboxes, max_creating and queue_size must not be negative")
 	}

@@ -17,65 +17,95 @@ const (
 	auditWarnEvery    = 10 * time.Second // at most one warning about drops per period
 )
 
-// auditLog stores the egress gateways' audit records. The gateways hand
-// records over with add, which never blocks: records wait in a bounded
-// buffer, and when it is full a record is dropped and counted (metric and
-// a rate-limited warning). One goroutine writes what the buffer holds in
-// batches, one transaction per batch, prunes each sandbox to its newest
-// keep records, and then wakes whoever waits for that sandbox's records.
-type auditLog struct {
-	st         *store.Store
+// eventLog stores events that sandboxes make (the egress gateways' audit
+// records, the activity records). Producers hand events over with add,
+// which never blocks (events wait in a bounded buffer, and when it is
+// full one is dropped and counted: metric and a rate-limited warning), or
+// with put, which waits for room. One goroutine writes what the buffer
+// holds in batches, one transaction per batch (storeFn, which also prunes
+// the sandboxes named in its keep map to their newest keep events), and
+// then wakes whoever waits for that sandbox's events.
+type eventLog[T any] struct {
+	what       string // "egress audit records", in messages
 	log        *slog.Logger
-	keep       int         // records kept per sandbox
-	pruneEvery int         // records stored for a sandbox between two prunes
-	dropped    func(n int) // counts records not stored
+	keep       int         // events kept per sandbox (0: storeFn bounds them)
+	pruneEvery int         // events stored for a sandbox between two prunes
+	dropped    func(n int) // counts events not stored
+	sandboxOf  func(T) string
+	storeFn    func(ctx context.Context, batch []T, keep map[string]int) (map[string]int, error)
 
-	in     chan auditItem
+	in     chan logItem[T]
 	stopMu sync.RWMutex // held for reading while sending to in, for writing to close it
 	closed bool
 	done   chan struct{} // closed when the writer has written everything and stopped
 
 	mu  sync.Mutex
-	sbs map[string]*auditSandbox
+	sbs map[string]*logSandbox
 
 	warnMu   sync.Mutex
 	lastWarn time.Time
 	unwarned int
 }
 
-// auditSandbox is the writer's state of one sandbox.
-type auditSandbox struct {
-	wake    chan struct{} // closed after records of the sandbox were stored; nil until someone waits
-	pending int           // records stored since the last prune
+// auditLog stores the egress gateways' audit records.
+type auditLog = eventLog[gateway.Record]
+
+// logSandbox is the writer's state of one sandbox.
+type logSandbox struct {
+	wake    chan struct{} // closed after events of the sandbox were stored; nil until someone waits
+	pending int           // events stored since the last prune
 	pruned  bool          // pruned since the daemon started
 }
 
-// auditItem is a record, or a barrier to close once everything handed
-// over before it is written.
-type auditItem struct {
-	rec     gateway.Record
+// logItem is an event, or a barrier to close once everything handed over
+// before it is written.
+type logItem[T any] struct {
+	rec     T
 	barrier chan struct{}
 }
 
-// newAuditLog starts the writer. buffer bounds the records waiting; keep
-// bounds the records stored per sandbox (it may exceed keep by up to 1%
-// between two prunes).
+// newAuditLog starts the egress audit's writer. buffer bounds the records
+// waiting; keep bounds the records stored per sandbox (it may exceed keep
+// by up to 1% between two prunes).
 func newAuditLog(st *store.Store, log *slog.Logger, buffer, keep int, dropped func(n int)) *auditLog {
-	a := &auditLog{
-		st: st, log: log, keep: keep, pruneEvery: max(1, keep/100), dropped: dropped,
-		in: make(chan auditItem, buffer), done: make(chan struct{}), sbs: map[string]*auditSandbox{},
-	}
+	a := makeAuditLog(st, log, buffer, keep, dropped)
 	go a.run()
 	return a
 }
 
+// makeAuditLog is newAuditLog without starting the writer.
+func makeAuditLog(st *store.Store, log *slog.Logger, buffer, keep int, dropped func(n int)) *auditLog {
+	return makeEventLog(log, "egress audit records", buffer, keep, dropped,
+		func(r gateway.Record) string { return r.Sandbox },
+		func(ctx context.Context, batch []gateway.Record, keep map[string]int) (map[string]int, error) {
+			events := make([]store.EgressEvent, len(batch))
+			for i, r := range batch {
+				events[i] = store.EgressEvent{
+					SandboxID: r.Sandbox, Time: r.Time.UTC(), Proto: r.Proto, Method: r.Method, Host: r.Host, Port: r.Port,
+					Path: r.Path, Addr: r.Addr, Allowed: r.Allowed, Rule: r.Rule, BytesUp: r.BytesUp, BytesDown: r.BytesDown,
+					Duration: r.Duration, Error: r.Error, Credential: r.Credential,
+				}
+			}
+			return st.AddEgressEvents(ctx, events, keep)
+		})
+}
+
+// makeEventLog makes an event log; its writer is started with run.
+func makeEventLog[T any](log *slog.Logger, what string, buffer, keep int, dropped func(n int), sandboxOf func(T) string,
+	storeFn func(context.Context, []T, map[string]int) (map[string]int, error)) *eventLog[T] {
+	return &eventLog[T]{
+		what: what, log: log, keep: keep, pruneEvery: max(1, keep/100), dropped: dropped, sandboxOf: sandboxOf, storeFn: storeFn,
+		in: make(chan logItem[T], buffer), done: make(chan struct{}), sbs: map[string]*logSandbox{},
+	}
+}
+
 // add hands a record over without blocking; when the buffer is full (or
 // the log closed) the record is dropped and counted.
-func (a *auditLog) add(r gateway.Record) {
+func (a *eventLog[T]) add(r T) {
 	a.stopMu.RLock()
 	if !a.closed {
 		select {
-		case a.in <- auditItem{rec: r}:
+		case a.in <- logItem[T]{rec: r}:
 			a.stopMu.RUnlock()
 			return
 		default:
@@ -87,7 +117,7 @@ func (a *auditLog) add(r gateway.Record) {
 
 // drop counts records that will not be stored and warns, at most once per
 // auditWarnEvery.
-func (a *auditLog) drop(n int) {
+func (a *eventLog[T]) drop(n int) {
 	a.dropped(n)
 	a.warnMu.Lock()
 	a.unwarned += n
@@ -98,17 +128,33 @@ func (a *auditLog) drop(n int) {
 	}
 	n, a.unwarned, a.lastWarn = a.unwarned, 0, now
 	a.warnMu.Unlock()
-	a.log.Warn("egress audit records dropped: the buffer was full or the store failed (they are still in this log)", "dropped", n)
+	a.log.Warn(a.what+" dropped: the buffer was full or the store failed", "dropped", n)
+}
+
+// put hands an event over, waiting for room in the buffer (or until the
+// log is closed or ctx done: then the event is dropped and counted).
+func (a *eventLog[T]) put(ctx context.Context, r T) {
+	a.stopMu.RLock()
+	if !a.closed {
+		select {
+		case a.in <- logItem[T]{rec: r}:
+			a.stopMu.RUnlock()
+			return
+		case <-ctx.Done():
+		}
+	}
+	a.stopMu.RUnlock()
+	a.drop(1)
 }
 
 // wait returns a channel closed once records of sandbox id are stored
 // after this call.
-func (a *auditLog) wait(id string) <-chan struct{} {
+func (a *eventLog[T]) wait(id string) <-chan struct{} {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.sbs[id]
 	if s == nil {
-		s = &auditSandbox{}
+		s = &logSandbox{}
 		a.sbs[id] = s
 	}
 	if s.wake == nil {
@@ -118,7 +164,7 @@ func (a *auditLog) wait(id string) <-chan struct{} {
 }
 
 // forget drops the state of a sandbox that is gone, waking its waiters.
-func (a *auditLog) forget(id string) {
+func (a *eventLog[T]) forget(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if s := a.sbs[id]; s != nil && s.wake != nil {
@@ -129,7 +175,7 @@ func (a *auditLog) forget(id string) {
 
 // sync returns once every record handed over before it is written (or
 // dropped because the store failed), or when ctx is done.
-func (a *auditLog) sync(ctx context.Context) error {
+func (a *eventLog[T]) sync(ctx context.Context) error {
 	b := make(chan struct{})
 	a.stopMu.RLock()
 	if a.closed {
@@ -137,7 +183,7 @@ func (a *auditLog) sync(ctx context.Context) error {
 		return nil
 	}
 	select {
-	case a.in <- auditItem{barrier: b}:
+	case a.in <- logItem[T]{barrier: b}:
 	case <-ctx.Done():
 		a.stopMu.RUnlock()
 		return ctx.Err()
@@ -153,7 +199,7 @@ func (a *auditLog) sync(ctx context.Context) error {
 
 // close stops taking records, writes those in the buffer and stops the
 // writer; it returns when that is done or ctx is.
-func (a *auditLog) close(ctx context.Context) error {
+func (a *eventLog[T]) close(ctx context.Context) error {
 	a.stopMu.Lock()
 	if !a.closed {
 		a.closed = true
@@ -169,11 +215,11 @@ func (a *auditLog) close(ctx context.Context) error {
 }
 
 // run is the writer.
-func (a *auditLog) run() {
+func (a *eventLog[T]) run() {
 	defer close(a.done)
-	batch := make([]gateway.Record, 0, auditBatch)
+	batch := make([]T, 0, auditBatch)
 	var barriers []chan struct{}
-	take := func(it auditItem) {
+	take := func(it logItem[T]) {
 		if it.barrier != nil {
 			barriers = append(barriers, it.barrier)
 		} else {
@@ -213,31 +259,25 @@ func (a *auditLog) run() {
 
 // write stores one batch in one transaction, prunes the sandboxes that are
 // due, and wakes their waiters.
-func (a *auditLog) write(batch []gateway.Record) {
-	events := make([]store.EgressEvent, len(batch))
+func (a *eventLog[T]) write(batch []T) {
 	counts := map[string]int{}
-	for i, r := range batch {
-		events[i] = store.EgressEvent{
-			SandboxID: r.Sandbox, Time: r.Time.UTC(), Proto: r.Proto, Method: r.Method, Host: r.Host, Port: r.Port,
-			Path: r.Path, Addr: r.Addr, Allowed: r.Allowed, Rule: r.Rule, BytesUp: r.BytesUp, BytesDown: r.BytesDown,
-			Duration: r.Duration, Error: r.Error, Credential: r.Credential,
-		}
-		counts[r.Sandbox]++
+	for _, r := range batch {
+		counts[a.sandboxOf(r)]++
 	}
 	keep := map[string]int{}
 	a.mu.Lock()
 	for id, n := range counts {
-		if s := a.sbs[id]; s == nil || !s.pruned || s.pending+n >= a.pruneEvery {
+		if s := a.sbs[id]; a.keep > 0 && (s == nil || !s.pruned || s.pending+n >= a.pruneEvery) {
 			keep[id] = a.keep
 		}
 	}
 	a.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), auditWriteTimeout)
-	stored, err := a.st.AddEgressEvents(ctx, events, keep)
+	stored, err := a.storeFn(ctx, batch, keep)
 	cancel()
 	if err != nil {
-		a.log.Error("store egress audit records", "records", len(events), "err", err)
-		a.drop(len(events))
+		a.log.Error("store "+a.what, "records", len(batch), "err", err)
+		a.drop(len(batch))
 		return
 	}
 	a.mu.Lock()
@@ -245,7 +285,7 @@ func (a *auditLog) write(batch []gateway.Record) {
 	for id, n := range stored {
 		s := a.sbs[id]
 		if s == nil {
-			s = &auditSandbox{}
+			s = &logSandbox{}
 			a.sbs[id] = s
 		}
 		if _, pruned := keep[id]; pruned {

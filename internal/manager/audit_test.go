@@ -37,11 +37,7 @@ func auditStore(t *testing.T, ids ...string) *store.Store {
 // count of dropped records.
 func newTestAudit(st *store.Store, buffer, keep int) (*auditLog, *counter) {
 	c := &counter{}
-	return &auditLog{
-		st: st, log: slog.New(slog.NewTextHandler(io.Discard, nil)), keep: keep, pruneEvery: max(1, keep/100),
-		dropped: c.add,
-		in:      make(chan auditItem, buffer), done: make(chan struct{}), sbs: map[string]*auditSandbox{},
-	}, c
+	return makeAuditLog(st, slog.New(slog.NewTextHandler(io.Discard, nil)), buffer, keep, c.add), c
 }
 
 // counter counts dropped records.

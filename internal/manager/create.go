@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/record"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/sandbox"
 	"github.com/airlock-dev/airlock/internal/store"
@@ -44,7 +45,9 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (_ 
 	_, tenant := TenantOf(ctx)
 	// A pool member's caches are the operator's: a tenant whose policy has
 	// caches gets a sandbox made with its own.
-	if rec.Policy == "" && rec.Resources == (api.Resources{}) && len(rec.Caches) == 0 && !(tenant && len(p.Caches) > 0) {
+	// Pool members have no record: a sandbox with one is always made for
+	// its caller.
+	if rec.Policy == "" && rec.Resources == (api.Resources{}) && len(rec.Caches) == 0 && !rec.Record && !(tenant && len(p.Caches) > 0) {
 		sb = m.takePooled(poolKey(req.Image, req.PolicyName))
 	}
 	if sb != nil {
@@ -136,10 +139,16 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 	if err != nil {
 		return nil, err
 	}
+	if rec.Record {
+		if err := m.checkRecord(); err != nil {
+			return nil, err
+		}
+	}
 	spec, err := m.specs.get(p, rec, sandbox.Opts{Insecure: m.cfg.Insecure, CgroupParent: m.cfg.CgroupParent, Caches: caches})
 	if err != nil {
 		return nil, err
 	}
+	spec.RecordExec = rec.Record
 	rid := newID()
 	spec.ID = rid
 	var setup *egress.Setup
@@ -183,14 +192,41 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 		m.mu.Unlock()
 		m.st.DeleteSandbox(context.WithoutCancel(ctx), sb.id)
 	}
+	// The record subscribes to the proc connector before the sandbox
+	// exists; if it cannot be kept, nothing is made (fail closed).
+	var rc *record.Recorder
+	if rec.Record {
+		if rc, err = record.Open(recordSink{m, sb.id}); err != nil {
+			forget()
+			return nil, fmt.Errorf("record: %w", err)
+		}
+	}
+	stopRecord := func() {
+		if rc != nil {
+			rc.Stop()
+			sb.mu.Lock()
+			sb.recorder = nil
+			sb.mu.Unlock()
+		}
+	}
 	rt, err := m.cfg.Runtime.Create(ctx, spec)
 	if err != nil {
+		stopRecord()
 		forget()
 		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	if rc != nil {
+		if err := m.startRecord(sb, rt, rc, false); err != nil {
+			rt.Destroy(context.WithoutCancel(ctx))
+			stopRecord()
+			forget()
+			return nil, err
+		}
 	}
 	info := rt.Info()
 	if err := m.st.SetCreated(ctx, sb.id, api.StateRunning, info.HostUID, info.HostGID); err != nil {
 		rt.Destroy(context.WithoutCancel(ctx))
+		stopRecord()
 		forget()
 		return nil, fmt.Errorf("store: %w", err)
 	}
@@ -198,6 +234,7 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 		gw, err := egress.Start(rt, p.Network, m.egressOptions(sb.id, setup))
 		if err != nil {
 			rt.Destroy(context.WithoutCancel(ctx))
+			stopRecord()
 			forget()
 			return nil, fmt.Errorf("egress gateway: %w", err)
 		}

@@ -72,6 +72,12 @@ func (m *Manager) destroy(ctx context.Context, sb *Sandbox, state, reason string
 		}
 	}
 	m.removeEgressDir(sb.id)
+	if live {
+		// Every process of the sandbox is gone: the record settles and
+		// ends, stored before the sandbox is final (a follower that sees
+		// it end has every event).
+		m.endRecord(ctx, sb, reason)
+	}
 	now := time.Now().UTC()
 	sb.mu.Lock()
 	sb.rt = nil
@@ -111,6 +117,7 @@ func (m *Manager) forget(ctx context.Context, sb *Sandbox) error {
 	delete(m.sandboxes, sb.id)
 	m.mu.Unlock()
 	m.audit.forget(sb.id)
+	m.records.forget(sb.id)
 	if err := m.st.DeleteSandbox(ctx, sb.id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}

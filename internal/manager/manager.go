@@ -98,6 +98,10 @@ type Config struct {
 	// how many records are kept per sandbox, the newest; default 100000.
 	AuditBuffer int
 	AuditKeep   int
+	// RecordKeep is how many activity record events are kept per
+	// sandbox, the first ones (the last kept says the record is full);
+	// default 100000.
+	RecordKeep int
 
 	Metrics *Metrics
 }
@@ -193,6 +197,9 @@ func (c *Config) defaults() {
 	if c.AuditBuffer <= 0 {
 		c.AuditBuffer = 8192
 	}
+	if c.RecordKeep < 2 {
+		c.RecordKeep = 100000
+	}
 	if c.AuditKeep <= 0 {
 		c.AuditKeep = 100000
 	}
@@ -221,9 +228,10 @@ type Manager struct {
 	mu        sync.Mutex
 	sandboxes map[string]*Sandbox // every sandbox the store has, final ones included
 
-	adm   admission
-	pools map[string]*pool
-	audit *auditLog
+	adm     admission
+	pools   map[string]*pool
+	audit   *auditLog
+	records *recordLog
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -255,6 +263,7 @@ func New(cfg Config) (*Manager, error) {
 		ctx: ctx, cancel: cancel, ready: make(chan struct{}),
 	}
 	m.audit = newAuditLog(cfg.Store, cfg.Log, cfg.AuditBuffer, cfg.AuditKeep, func(n int) { m.met.auditDropped.Add(float64(n)) })
+	m.records = newRecordLog(cfg.Store, m, cfg.AuditBuffer, cfg.RecordKeep)
 	m.adm.init(cfg.MaxSandboxes, cfg.MaxCreating, cfg.QueueSize, cfg.QueueTimeout, m.met)
 	for _, pc := range cfg.Pools {
 		if pc.Size > 0 {
@@ -297,6 +306,17 @@ func (m *Manager) Close(ctx context.Context, destroyPools bool) {
 			gw.Close()
 		}
 	}
+	// Records stop answering execs (they wait for the next daemon) and
+	// store what they have.
+	for _, sb := range m.snapshot() {
+		sb.mu.Lock()
+		rc := sb.recorder
+		sb.recorder = nil
+		sb.mu.Unlock()
+		if rc != nil {
+			rc.Detach()
+		}
+	}
 	wait := 10 * time.Second
 	if d, ok := ctx.Deadline(); ok {
 		wait = max(time.Until(d), time.Second)
@@ -304,6 +324,9 @@ func (m *Manager) Close(ctx context.Context, destroyPools bool) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 	if err := m.audit.close(actx); err != nil {
 		m.log.Error("egress audit: not every record was stored before shutdown", "err", err)
+	}
+	if err := m.records.close(actx); err != nil {
+		m.log.Error("activity record: not every event was stored before shutdown", "err", err)
 	}
 	cancel()
 	m.flushActivity(ctx)

@@ -11,6 +11,7 @@ type Metrics struct {
 	queueDepth    *metrics.Value
 	errors        metrics.ValueVec
 	auditDropped  *metrics.Value
+	recordDropped *metrics.Value
 }
 
 // latencyBuckets span 0.5 ms to 30 s.
@@ -29,6 +30,8 @@ func NewMetrics() *Metrics {
 		errors:      r.Counter("airlock_errors_total", "Errors, by kind (API error codes, create, exec).", "kind"),
 		auditDropped: r.Counter("airlock_egress_audit_dropped_total",
 			"Egress audit records not stored: the writer's buffer was full or the store failed (the daemon's log still has them).").With(),
+		recordDropped: r.Counter("airlock_record_events_dropped_total",
+			"Activity record events not stored: the store failed, or the daemon was shutting down.").With(),
 	}
 }
 

@@ -111,15 +111,39 @@ func (m *Manager) FollowNetwork(ctx context.Context, id string, q NetworkQuery, 
 	f.Limit = maxNetworkLimit
 	sb.touch(time.Now().UTC())
 	start()
+	return m.followStored(ctx, sb, func() <-chan struct{} { return m.audit.wait(id) }, func() (bool, error) {
+		evs, err := m.st.ListEgressEvents(ctx, f)
+		if err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return false, err
+			}
+			return false, fmt.Errorf("sandbox %s: network events: %w", id, err)
+		}
+		for _, e := range evs {
+			if err := emit(networkEvent(e)); err != nil {
+				return false, err
+			}
+			f.After = e.ID
+		}
+		return len(evs) == f.Limit, nil
+	})
+}
+
+// followStored is the loop of FollowNetwork and FollowEvents, over events
+// of sb that a writer stores: page sends the next stored events after its
+// own cursor and says whether it was a full page (more may be stored).
+// It ends with nil once the sandbox ended and everything it made was
+// sent, or when it was deleted (page returns a store.ErrNotFound).
+func (m *Manager) followStored(ctx context.Context, sb *Sandbox, wait func() <-chan struct{}, page func() (full bool, err error)) error {
 	for {
 		// Read the sandbox's end and take the wake-up channel before
 		// querying, so that nothing stored after the query is missed.
 		ended := isClosed(sb.ended)
 		var wake <-chan struct{}
 		if !ended {
-			wake = m.audit.wait(id)
+			wake = wait()
 		}
-		evs, err := m.st.ListEgressEvents(ctx, f)
+		full, err := page()
 		if errors.Is(err, store.ErrNotFound) {
 			return nil // deleted
 		}
@@ -127,15 +151,9 @@ func (m *Manager) FollowNetwork(ctx context.Context, id string, q NetworkQuery, 
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("sandbox %s: network events: %w", id, err)
+			return err
 		}
-		for _, e := range evs {
-			if err := emit(networkEvent(e)); err != nil {
-				return err
-			}
-			f.After = e.ID
-		}
-		if len(evs) == f.Limit {
+		if full {
 			continue
 		}
 		if ended {

@@ -146,6 +146,19 @@ func (m *Manager) recoverOne(ctx context.Context, r *store.Sandbox) {
 		m.lost(ctx, sb, fmt.Sprintf("its runtime state says host ids %d/%d, the store %d/%d", info.HostUID, info.HostGID, r.HostUID, r.HostGID))
 		return
 	}
+	// The record goes on first: the sandbox's execs wait for it. A
+	// sandbox whose record cannot go on does not run on without one.
+	if sb.spec.Record {
+		if err := m.resumeRecord(sb, rt); err != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			if derr := rt.Destroy(dctx); derr != nil {
+				m.log.Error("destroy sandbox", "sandbox", r.ID, "err", derr)
+			}
+			cancel()
+			m.lost(ctx, sb, fmt.Sprintf("could not resume its activity record after a daemon restart: %v", err))
+			return
+		}
+	}
 	// Egress is a layer like the others: a sandbox whose gateway cannot be
 	// served again does not keep running without it (fail closed).
 	gw, env, err := m.restoreEgress(sb, rt)
@@ -274,6 +287,7 @@ func (m *Manager) egressOptions(id string, setup *egress.Setup) egress.Options {
 			"path", r.Path, "addr", r.Addr, "allowed", r.Allowed, "rule", r.Rule, "credential", r.Credential,
 			"bytes_up", r.BytesUp, "bytes_down", r.BytesDown, "ms", float64(r.Duration.Microseconds())/1000)
 		m.audit.add(r)
+		m.recordNet(r)
 	}}
 }
 
@@ -308,6 +322,9 @@ func (m *Manager) lost(ctx context.Context, sb *Sandbox, reason string) {
 		if p.end(runtime.ExitStatus{Signal: 9}, false, now) {
 			m.saveProc(ctx, p)
 		}
+	}
+	if sb.spec.Record {
+		m.endRecord(ctx, sb, reason)
 	}
 	close(sb.ended)
 	m.removeEgressDir(sb.id)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/egress"
+	"github.com/airlock-dev/airlock/internal/record"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/store"
 )
@@ -25,13 +26,15 @@ type Sandbox struct {
 	// variables and credential placeholders (not stored: rebuilt from the
 	// egress directory at restart).
 	egressEnv map[string]string
-	procs     map[uint64]*proc
-	running   int           // processes started and not yet exited
-	ending    bool          // being stopped, failed or deleted
-	deleting  bool          // ending because a caller deleted it
-	ended     chan struct{} // closed once it is final
-	activity  time.Time
-	dirty     bool // activity not yet written to the store
+	// recorder writes its activity record (spec.Record) while it runs.
+	recorder *record.Recorder
+	procs    map[uint64]*proc
+	running  int           // processes started and not yet exited
+	ending   bool          // being stopped, failed or deleted
+	deleting bool          // ending because a caller deleted it
+	ended    chan struct{} // closed once it is final
+	activity time.Time
+	dirty    bool // activity not yet written to the store
 }
 
 // specRecord is what the store keeps about how a sandbox was made (the
@@ -47,6 +50,8 @@ type specRecord struct {
 	// Network replaces the policy's network section's fields it holds
 	// (the last PUT .../network/policy); nil: as created.
 	Network *api.NetworkPolicy `json:"network,omitempty"`
+	// Record: the sandbox has an activity record.
+	Record bool `json:"record,omitempty"`
 }
 
 func (s specRecord) marshal() []byte {
@@ -81,7 +86,7 @@ func (sb *Sandbox) view() api.Sandbox {
 		Policy: sb.spec.PolicyName, Reason: r.Reason, CreatedAt: r.CreatedAt,
 		ExpiresAt: r.ExpiresAt, EndedAt: r.EndedAt, LastActivityAt: sb.activity,
 		IdleTimeoutSeconds: r.IdleTimeout.Seconds(), Resources: sb.spec.Resources,
-		Tenant: r.Tenant,
+		Tenant: r.Tenant, Record: sb.spec.Record,
 	}
 	if sb.spec.Policy != "" {
 		v.Policy = "inline"

@@ -59,7 +59,7 @@ func (c *Config) image(name string) (string, error) {
 // resolve checks a create request and turns it into a policy, the spec
 // record to store, and the environment every process gets.
 func (c *Config) resolve(req *api.CreateSandboxRequest) (*policy.Policy, specRecord, error) {
-	rec := specRecord{Image: req.Image, PolicyName: req.PolicyName, Resources: req.Resources, Caches: req.Caches}
+	rec := specRecord{Image: req.Image, PolicyName: req.PolicyName, Resources: req.Resources, Caches: req.Caches, Record: req.Record}
 	if req.PolicyName != "" && req.Policy != "" {
 		return nil, rec, invalid("give policy_name or policy, not both")
 	}

@@ -126,6 +126,30 @@ func (r *Recorder) Start(listener *os.File, initPid int, cgroups []string, inter
 	go r.usageLoop(interval)
 }
 
+// Resume is Start for a sandbox that was already running under another
+// supervisor (the daemon before a restart): the processes in its cgroups
+// now are members too, their starts unknown.
+func (r *Recorder) Resume(listener *os.File, initPid int, cgroups []string, interval time.Duration) {
+	r.mu.Lock()
+	for _, d := range cgroups {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil || pid == initPid {
+				continue
+			}
+			if st := readStatus(pid); st.nsPid > 0 {
+				r.tr.Member(pid, st.nsPid)
+			}
+		}
+	}
+	r.mu.Unlock()
+	r.Start(listener, initPid, cgroups, interval)
+}
+
 // drainLocked feeds every queued connector event to the tracker.
 func (r *Recorder) drainLocked() {
 	err := r.conn.drain(func(ev connEvent) {
@@ -215,11 +239,17 @@ func (r *Recorder) notifLoop() {
 			return
 		}
 		r.mu.Lock()
-		if !r.finished {
+		finished := r.finished
+		if !finished {
 			r.drainLocked()
 			r.tr.Notify(r.readCall(fd, &n))
 		}
 		r.mu.Unlock()
+		if finished {
+			// Never let a call go that is not in the record (a RECV that
+			// returned after Stop or Detach gave up waiting).
+			return
+		}
 		resp := seccompNotifResp{ID: n.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
 		unix.Syscall(unix.SYS_IOCTL, uintptr(fd), ioctlSend, uintptr(unsafe.Pointer(&resp)))
 	}
@@ -469,6 +499,36 @@ func readStatus(pid int) procStatus {
 		}
 	}
 	return st
+}
+
+// Detach stops following a sandbox that goes on running (the daemon shuts
+// down; the next one takes the listener over): no notification is
+// answered from here on, the connector is drained, execs in flight are
+// written as unconfirmed, and nothing else is settled. No end event.
+func (r *Recorder) Detach() {
+	select {
+	case <-r.stop:
+		return
+	default:
+	}
+	close(r.stop)
+	unix.Close(r.wakeW)
+	defer unix.Close(r.wakeR)
+	if r.started {
+		r.wg.Wait()
+		<-r.usageEnd
+		select {
+		case <-r.notifEnd:
+			r.listener.Close()
+		case <-time.After(2 * time.Second):
+		}
+	}
+	r.mu.Lock()
+	r.drainLocked()
+	r.tr.Flush()
+	r.finished = true
+	r.mu.Unlock()
+	r.conn.Close()
 }
 
 // Stop ends the record once the sandbox is destroyed (every process of it

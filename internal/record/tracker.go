@@ -22,6 +22,8 @@ type member struct {
 	start uint64 // fork (or first sight) time
 	nsPid int
 	quiet bool // the sandbox's init: airlock's own, not reported
+	// noStart: found running at a takeover (Member), start unknown.
+	noStart bool
 }
 
 type inflight struct {
@@ -49,6 +51,15 @@ func NewTracker(emit func(*Event), wall func(uint64) time.Time) *Tracker {
 // reported; its descendants are the sandbox.
 func (t *Tracker) Seed(pid int, at uint64) {
 	t.members[pid] = &member{start: at, nsPid: 1, quiet: true}
+}
+
+// Member makes pid (host pid; nsPid inside) a member found running when
+// a supervisor took the sandbox over: its start is unknown, so its exit
+// has no duration.
+func (t *Tracker) Member(pid, nsPid int) {
+	if _, ok := t.members[pid]; !ok {
+		t.members[pid] = &member{nsPid: nsPid, noStart: true}
+	}
 }
 
 // Fork is the connector's fork event. Threads are not processes.
@@ -141,7 +152,7 @@ func (t *Tracker) Exit(at uint64, pid, tgid int, code uint32) {
 		e.Signal = int(code & 0x7f)
 		e.Core = code&0x80 != 0
 	}
-	if at >= m.start {
+	if at >= m.start && !m.noStart {
 		d := float64(at-m.start) / 1e6
 		e.DurationMS = &d
 	}
@@ -153,6 +164,18 @@ func (t *Tracker) Exit(at uint64, pid, tgid int, code uint32) {
 func (t *Tracker) Loss(at uint64, reason string) {
 	t.lost = true
 	t.emit(&Event{Type: TypeLoss, Time: t.wall(at), Reason: reason})
+	for tg, list := range t.pending {
+		for _, p := range list {
+			t.resolve(p, ResultUnconfirmed)
+		}
+		delete(t.pending, tg)
+	}
+}
+
+// Flush settles every exec still in flight as unconfirmed, and keeps the
+// members: for a supervisor that stops following a sandbox that goes on
+// (Recorder.Detach).
+func (t *Tracker) Flush() {
 	for tg, list := range t.pending {
 		for _, p := range list {
 			t.resolve(p, ResultUnconfirmed)

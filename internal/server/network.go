@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
@@ -29,40 +30,106 @@ func (s *Server) networkEvents(w http.ResponseWriter, r *http.Request) error {
 		q.Allowed = &b
 	}
 	q.Host = qv.Get("host")
-	if v := qv.Get("since"); v != "" {
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			return badRequest("since=%s: want an RFC 3339 time (2006-01-02T15:04:05Z)", errdefs.Quote(v))
-		}
-		q.Since = t
-	}
-	follow, err := boolParam(r, "follow", false)
+	ep, err := parseEventParams(r)
 	if err != nil {
 		return err
 	}
-	if !follow {
-		if v := qv.Get("limit"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > 1000 {
-				return badRequest("limit=%s: want 1 to 1000", errdefs.Quote(v))
-			}
-			q.Limit = n
-		}
-		q.Cursor = qv.Get("cursor")
+	q.Since, q.Limit, q.Cursor = ep.since, ep.limit, ep.cursor
+	if !ep.follow {
 		page, err := s.m.NetworkEvents(r.Context(), id, q)
 		if err != nil {
 			return err
 		}
 		return writeJSON(w, http.StatusOK, page)
 	}
+	return s.followEvents(w, r, func(ctx context.Context, cursor string, start func(), send func(string, any) error) error {
+		q.Cursor = cursor
+		return s.m.FollowNetwork(ctx, id, q, start, func(ev api.NetworkEvent) error { return send(ev.Cursor, ev) })
+	})
+}
+
+// eventParams are the query parameters of the stored event endpoints
+// (.../network, .../events): ?since=, ?limit=, ?cursor=, ?follow=.
+type eventParams struct {
+	since  time.Time
+	limit  int
+	cursor string
+	follow bool
+}
+
+func parseEventParams(r *http.Request) (eventParams, error) {
+	var ep eventParams
+	qv := r.URL.Query()
+	if v := qv.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return ep, badRequest("since=%s: want an RFC 3339 time (2006-01-02T15:04:05Z)", errdefs.Quote(v))
+		}
+		ep.since = t
+	}
+	var err error
+	if ep.follow, err = boolParam(r, "follow", false); err != nil {
+		return ep, err
+	}
+	if !ep.follow {
+		if v := qv.Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 1000 {
+				return ep, badRequest("limit=%s: want 1 to 1000", errdefs.Quote(v))
+			}
+			ep.limit = n
+		}
+		ep.cursor = qv.Get("cursor")
+	}
+	return ep, nil
+}
+
+// followEvents answers a stream of stored events (NDJSON or SSE): follow
+// runs with the cursor to resume from, a start that sends the headers,
+// and a send for each event with its cursor.
+func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, follow func(ctx context.Context, cursor string, start func(), send func(cursor string, v any) error) error) error {
 	st := newStream(w, r)
-	q.Cursor = st.cursor(r)
-	err = s.untilDrained(r, func(ctx context.Context) error {
-		return s.m.FollowNetwork(ctx, id, q, func() { st.start() }, func(ev api.NetworkEvent) error {
-			return st.send(ev.Cursor, "", ev)
-		})
+	cursor := st.cursor(r)
+	err := s.untilDrained(r, func(ctx context.Context) error {
+		return follow(ctx, cursor, func() { st.start() }, func(c string, v any) error { return st.send(c, "", v) })
 	})
 	return st.end(r.Context(), err)
+}
+
+// recordEvents answers a page of a sandbox's activity record, or with
+// ?follow=true streams it like networkEvents.
+func (s *Server) recordEvents(w http.ResponseWriter, r *http.Request) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	var q manager.RecordQuery
+	for _, v := range r.URL.Query()["type"] {
+		for _, t := range strings.Split(v, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				q.Types = append(q.Types, t)
+			}
+		}
+	}
+	if len(q.Types) > 16 {
+		return badRequest("type: %d types, at most 16", len(q.Types))
+	}
+	ep, err := parseEventParams(r)
+	if err != nil {
+		return err
+	}
+	q.Since, q.Limit, q.Cursor = ep.since, ep.limit, ep.cursor
+	if !ep.follow {
+		page, err := s.m.Events(r.Context(), id, q)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, page)
+	}
+	return s.followEvents(w, r, func(ctx context.Context, cursor string, start func(), send func(string, any) error) error {
+		q.Cursor = cursor
+		return s.m.FollowEvents(ctx, id, q, start, func(ev api.RecordEvent) error { return send(ev.Cursor, ev) })
+	})
 }
 
 // untilDrained runs a stream with r's context, also cancelled when the

@@ -298,6 +298,7 @@ func (s *Server) ops() map[string]handler {
 		"pty":           s.pty,
 
 		"networkEvents":    s.networkEvents,
+		"recordEvents":     s.recordEvents,
 		"getNetworkPolicy": s.getNetworkPolicy,
 		"setNetworkPolicy": s.setNetworkPolicy,
 		"portTunnel":       s.portTunnel,

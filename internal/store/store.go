@@ -189,6 +189,16 @@ var migrations = []string{
 	`ALTER TABLE api_keys ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
 	ALTER TABLE sandboxes ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
 	CREATE INDEX sandboxes_tenant ON sandboxes (tenant, created_at, id);`,
+	// 6: the activity record of sandboxes made with record: true. data is
+	// the event as JSON; type and time are copied out for the filters.
+	`CREATE TABLE record_events (
+		id         INTEGER PRIMARY KEY AUTOINCREMENT,
+		sandbox_id TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+		time       INTEGER NOT NULL,
+		type       TEXT NOT NULL,
+		data       BLOB NOT NULL
+	) STRICT;
+	CREATE INDEX record_events_sandbox ON record_events (sandbox_id, id);`,
 }
 
 // migrate applies the migrations the database has not seen, each in its own

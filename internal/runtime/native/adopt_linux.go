@@ -106,6 +106,9 @@ func (r *Runtime) adopt(ctx context.Context, id string, listen bool) (runtime.Sa
 	go sb.pollInit()
 	fail := func(err error) (runtime.Sandbox, *agent.State, error) {
 		sb.closeListeners()
+		if sb.execListener != nil {
+			sb.execListener.Close()
+		}
 		sb.closePidFD()
 		return nil, nil, fmt.Errorf("sandbox %q: adopt: %w", id, err)
 	}
@@ -123,6 +126,16 @@ func (r *Runtime) adopt(ctx context.Context, id string, listen bool) (runtime.Sa
 		if sb.listeners, err = listenInNetns(st.Init, pidfd, st.Listen); err != nil {
 			return fail(err)
 		}
+	}
+	if listen && st.ExecListenerFD > 0 {
+		// The exec listener (Spec.RecordExec): the init keeps a copy for
+		// us. Without it the record cannot go on; the caller must not
+		// keep the sandbox (its execs wait for a listener that nobody
+		// answers).
+		if sb.execListener, err = takeExecListener(pidfd, st.Init, st.ExecListenerFD); err != nil {
+			return fail(&LayerError{Layer: layerRecord, Err: err})
+		}
+		sb.recordExec, sb.execListenerFD = true, st.ExecListenerFD
 	}
 	if len(st.Cgroups) > 0 {
 		if sb.cg, err = cgroup.Open(st.Cgroups); err != nil {
@@ -233,4 +246,22 @@ func randomSeq() uint64 {
 	var b [8]byte
 	rand.Read(b[:])
 	return binary.LittleEndian.Uint64(b[:]) >> 2
+}
+
+// takeExecListener duplicates the exec listener the init (pidfd) keeps as
+// descriptor fd (pidfd_getfd(2): needs ptrace access to the init, which
+// the host's root has), and checks that it is one.
+func takeExecListener(pidfd, pid, fd int) (*os.File, error) {
+	nfd, err := unix.PidfdGetfd(pidfd, fd, 0)
+	if err != nil {
+		return nil, fmt.Errorf("take the exec listener from the sandbox init (pidfd_getfd, needs root and Linux >= 5.6): %w", err)
+	}
+	f := os.NewFile(uintptr(nfd), "exec-listener")
+	var buf [128]byte
+	n, err := unix.Readlink(fmt.Sprintf("/proc/self/fd/%d", nfd), buf[:])
+	if err != nil || string(buf[:max(n, 0)]) != "anon_inode:seccomp notify" {
+		f.Close()
+		return nil, fmt.Errorf("descriptor %d of the sandbox init (pid %d) is not a seccomp listener", fd, pid)
+	}
+	return f, nil
 }

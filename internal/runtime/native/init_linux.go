@@ -68,9 +68,17 @@ func InitMain() {
 	if err := conn.Send(&agent.Message{Type: agent.TypeReady, Ready: ready}, handedOut...); err != nil {
 		os.Exit(1)
 	}
-	// The supervisor holds the listeners now; nothing in here keeps them.
+	// The supervisor holds the listeners now; nothing in here keeps them,
+	// except, in a detached sandbox, the exec listener: if its last
+	// descriptor closed (the daemon killed), every exec in the sandbox
+	// would fail with ENOSYS instead of waiting for the next daemon, which
+	// takes this copy back with pidfd_getfd. It stays close-on-exec, and
+	// the init is not dumpable, so nothing in the sandbox (no
+	// capabilities) reaches it through /proc/1/fd or pidfd_getfd.
 	for _, fd := range handedOut {
-		unix.Close(fd)
+		if fd != ready.ExecListenerFD {
+			unix.Close(fd)
+		}
 	}
 	handedOut = nil
 	agent.NewServer(conn, listener).Serve()
@@ -190,6 +198,9 @@ func initSandboxSteps(conn *agent.Conn) (_ *agent.Ready, listener *os.File, _ er
 			var fd int
 			if fd, err = seccomp.InstallListener(prog); err == nil {
 				handedOut = append(handedOut, fd)
+				if s.Detached {
+					ready.ExecListenerFD = fd
+				}
 			}
 		}
 		if err != nil {

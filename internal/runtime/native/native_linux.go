@@ -378,6 +378,12 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	if spec.RecordExec && sb.execListener == nil {
 		return nil, &LayerError{Layer: layerRecord, Err: errors.New("no exec listener from the sandbox init")}
 	}
+	if spec.RecordExec && r.Detached && ready.ExecListenerFD <= 0 {
+		// Without the init's copy, the listener would close with this
+		// process and execs inside would fail (ENOSYS) rather than wait.
+		return nil, &LayerError{Layer: layerRecord, Err: errors.New("the sandbox init keeps no copy of the exec listener for a later supervisor")}
+	}
+	sb.execListenerFD = ready.ExecListenerFD
 	if len(sb.listeners) != len(spec.Listen) {
 		return nil, &LayerError{Layer: layerNamespaces, Err: fmt.Errorf("asked for %d listeners inside the sandbox, got %d", len(spec.Listen), len(sb.listeners))}
 	}

@@ -49,6 +49,8 @@ type sandbox struct {
 
 	recordExec   bool     // Spec.RecordExec
 	execListener *os.File // the exec notification listener, handed to the caller
+	// execListenerFD is the init's own copy of it (detached sandboxes).
+	execListenerFD int
 
 	reaperMu    sync.Mutex
 	reaperTimer *time.Timer
@@ -446,7 +448,7 @@ func (sb *sandbox) state() *stateFile {
 		Workspace: sb.workspace, Volume: sb.volume, Placeholders: sb.placeholders, Cgroups: sb.info.CgroupPaths,
 		Detached: sb.detached, Init: sb.initPid, InitStart: procStart(sb.initPid),
 		HostUID: sb.info.HostUID, HostGID: sb.info.HostGID, Rootless: sb.info.Rootless, LandlockABI: sb.info.LandlockABI, TempWS: sb.tempWorkspace,
-		Listen: sb.listen,
+		Listen: sb.listen, ExecListenerFD: sb.execListenerFD,
 	}
 }
 

@@ -40,6 +40,9 @@ type stateFile struct {
 	// listening sockets again inside the sandbox (the previous
 	// supervisor's died with it).
 	Listen []string `json:"listen,omitempty"`
+	// ExecListenerFD is the descriptor of the exec listener (Spec.RecordExec)
+	// the init keeps: an adopting supervisor takes it with pidfd_getfd.
+	ExecListenerFD int `json:"exec_listener_fd,omitempty"`
 }
 
 // writeState records st, owned by this process, in the state directory.

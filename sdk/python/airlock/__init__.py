@@ -22,14 +22,14 @@ from .errors import (AirlockError, AlreadyExists, APIError, CommandNotFound, Con
                      DeadlineExceeded, ERROR_CLASSES, FailedPrecondition, Internal, InvalidArgument,
                      MethodNotAllowed, NotExecutable, NotFound, PermissionDenied, ResourceExhausted,
                      StreamError, Timeout, TooLarge, Unauthenticated, Unavailable, Unimplemented)
-from .models import ExecResult, FileInfo, NetworkEvent, NetworkPolicy, OutputEvent
+from .models import ExecResult, FileInfo, NetworkEvent, NetworkPolicy, OutputEvent, RecordEvent
 from .sandbox import Files, Network, Process, Sandbox, default_client
 
 __version__ = "0.1.0"
 
 __all__ = [
     "models", "Client", "OPERATIONS", "Sandbox", "Process", "Files", "Network", "PTYSession",
-    "Extracted", "SkippedLink", "untar_to", "default_client", "ExecResult", "FileInfo", "NetworkEvent",
+    "Extracted", "SkippedLink", "untar_to", "default_client", "ExecResult", "FileInfo", "NetworkEvent", "RecordEvent",
     "NetworkPolicy", "OutputEvent", "AirlockError", "APIError", "ConnectionFailed", "Timeout",
     "StreamError", "ERROR_CLASSES", "InvalidArgument", "CommandNotFound", "NotExecutable",
     "Unauthenticated", "PermissionDenied", "NotFound", "FailedPrecondition", "AlreadyExists",

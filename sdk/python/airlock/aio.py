@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Generator, Ite
 from . import _ws, client as _client, sandbox as _sandbox
 
 #: Methods that return a stream: async iterators here.
-STREAMING = {"process_output", "follow_network", "output", "stream", "follow"}
+STREAMING = {"process_output", "follow_network", "follow_events", "output", "stream", "follow"}
 
 
 async def _run(fn: Callable[..., Any], *a: Any, **kw: Any) -> Any:

@@ -55,10 +55,12 @@ OPERATIONS: Dict[str, Tuple[str, str, str, Tuple[str, ...]]] = {
     "listKeys": ("list_keys", "GET", "/v1/keys", ()),
     "revokeKey": ("revoke_key", "DELETE", "/v1/keys/{kid}", ()),
     "portTunnel": ("port_tunnel", "GET", "/v1/sandboxes/{id}/ports/{port}", ()),
+    "recordEvents": ("record_events", "GET", "/v1/sandboxes/{id}/events", ("type", "since", "cursor", "limit", "follow")),
 }
 
 #: Methods that stream an operation beyond its plain method, by operationId.
-FOLLOWERS: Dict[str, str] = {"networkEvents": "follow_network", "download": "download_to", "upload": "upload_tree"}
+FOLLOWERS: Dict[str, str] = {"networkEvents": "follow_network", "recordEvents": "follow_events",
+                             "download": "download_to", "upload": "upload_tree"}
 
 #: The daemon's default limit of a download (1 GiB).
 DEFAULT_MAX_DOWNLOAD = 1 << 30
@@ -356,6 +358,38 @@ class Client:
 
         for ev in follow_stream(open_stream, cursor, lambda e: False, False, on_cursor):
             yield models.NetworkEvent.from_dict(ev)
+
+    # Activity record (sandboxes made with record=True).
+
+    @staticmethod
+    def _types(type: Union[str, Sequence[str], None]) -> Optional[str]:
+        if type is None or isinstance(type, str):
+            return type
+        return ",".join(type)
+
+    def record_events(self, id: str, type: Union[str, Sequence[str], None] = None, since: Optional[str] = None,
+                      cursor: Optional[str] = None, limit: Optional[int] = None) -> models.RecordEventsPage:
+        """One page of the sandbox's activity record (every exec, exit,
+        network request and usage sample, written by the daemon). type
+        keeps only events of these types ("exec", or a list). A sandbox
+        made without record raises Conflict."""
+        q = {"type": self._types(type), "since": since, "cursor": cursor, "limit": limit}
+        return models.RecordEventsPage.from_dict(self._json("recordEvents", {"id": id}, q))
+
+    def follow_events(self, id: str, type: Union[str, Sequence[str], None] = None, since: Optional[str] = None,
+                      cursor: Optional[str] = None, limit: Optional[int] = None, follow: bool = True,
+                      sse: bool = False, on_cursor: Any = None) -> Iterator[models.RecordEvent]:
+        """The activity record as a stream, until the sandbox ends; a cut
+        stream is reopened from the last cursor."""
+
+        def open_stream(c: Optional[str]) -> Tuple[Response, bool]:
+            q = {"type": self._types(type), "since": since, "cursor": c, "limit": limit, "follow": follow}
+            h = {"Accept": "text/event-stream" if sse else "application/x-ndjson"}
+            r = self._raw("recordEvents", {"id": id}, q, headers=h, stream=True, stream_timeout=None)
+            return r, "event-stream" in (r.headers.get("Content-Type") or "")
+
+        for ev in follow_stream(open_stream, cursor, lambda e: False, False, on_cursor):
+            yield models.RecordEvent.from_dict(ev)
 
     def get_network_policy(self, id: str) -> models.NetworkPolicy:
         return models.NetworkPolicy.from_dict(self._json("getNetworkPolicy", {"id": id}))

@@ -86,6 +86,7 @@ class Sandbox(Model):
     idle_timeout_seconds: Optional[float] = None
     ended_at: Optional[str] = None
     tenant: Optional[str] = None
+    record: Optional[bool] = None
 
 
 @dataclass
@@ -108,6 +109,7 @@ class CreateSandboxRequest(Model):
     idle_timeout_seconds: Optional[float] = None
     files: Optional[List[File]] = _f(model="File", many=True)
     caches: Optional[List[str]] = None
+    record: Optional[bool] = None
 
 
 @dataclass
@@ -229,6 +231,56 @@ class NetworkEventsPage(Model):
 
 
 @dataclass
+class RecordEvent(Model):
+    """One event of a sandbox's activity record; fields that do not apply
+    to its type are None."""
+    cursor: str = ""
+    type: str = ""
+    time: str = ""
+    sandbox: Optional[str] = None
+    version: Optional[int] = None
+    pid: Optional[int] = None
+    host_pid: Optional[int] = None
+    ppid: Optional[int] = None
+    host_ppid: Optional[int] = None
+    syscall: Optional[str] = None
+    path: Optional[str] = None
+    path_target: Optional[str] = None
+    argv: Optional[List[str]] = None
+    argv_truncated: Optional[bool] = None
+    cwd: Optional[str] = None
+    result: Optional[str] = None
+    exited: Optional[bool] = None
+    code: Optional[int] = None
+    signal: Optional[int] = None
+    core: Optional[bool] = None
+    duration_ms: Optional[float] = None
+    lost: Optional[bool] = None
+    proto: Optional[str] = None
+    method: Optional[str] = None
+    host: Optional[str] = None
+    port: Optional[int] = None
+    addr: Optional[str] = None
+    url_path: Optional[str] = None
+    allowed: Optional[bool] = None
+    rule: Optional[str] = None
+    bytes_up: Optional[int] = None
+    bytes_down: Optional[int] = None
+    error_message: Optional[str] = None
+    cpu_ns: Optional[int] = None
+    memory_bytes: Optional[int] = None
+    memory_peak_bytes: Optional[int] = None
+    pids: Optional[int] = None
+    reason: Optional[str] = None
+
+
+@dataclass
+class RecordEventsPage(Model):
+    events: List[RecordEvent] = _f(factory=list, model="RecordEvent", many=True)
+    next_cursor: Optional[str] = None
+
+
+@dataclass
 class NetworkPolicy(Model):
     mode: str = ""
     allow: Optional[List[str]] = None
@@ -339,7 +391,8 @@ SCHEMAS: Dict[str, Type[Model]] = {
     "MkdirRequest": MkdirRequest, "RenameRequest": RenameRequest, "PTYStart": PTYStart,
     "PTYControl": PTYControl, "PTYSize": PTYSize, "PTYExit": PTYExit, "APIKey": APIKey,
     "CreateKeyRequest": CreateKeyRequest, "KeyList": KeyList, "Error": ErrorResponse,
-    "ErrorBody": ErrorBody, "HTTPRule": HTTPRule,
+    "ErrorBody": ErrorBody, "HTTPRule": HTTPRule, "RecordEvent": RecordEvent,
+    "RecordEventsPage": RecordEventsPage,
 }
 
 

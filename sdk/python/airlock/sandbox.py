@@ -182,18 +182,19 @@ class Sandbox:
                timeout: Optional[float] = None, idle_timeout: Optional[float] = None,
                env: Optional[Mapping[str, str]] = None, resources: Optional[models.Resources] = None,
                files: Optional[Mapping[str, Union[bytes, str]]] = None, caches: Optional[Sequence[str]] = None,
-               client: Optional[Client] = None) -> "Sandbox":
+               record: bool = False, client: Optional[Client] = None) -> "Sandbox":
         """Create a sandbox. policy is a policy document (YAML/JSON text),
         policy_name one of the daemon's named policies; timeout ends it
         that many seconds from now; files maps paths to initial content;
-        caches names persistent caches (go, npm, pip, cargo or NAME:/path)."""
+        caches names persistent caches (go, npm, pip, cargo or NAME:/path);
+        record keeps an activity record (Client.record_events)."""
         c = client or default_client()
         req = models.CreateSandboxRequest(
             image=image, runtime=runtime, policy=policy, policy_name=policy_name,
             labels=dict(labels) if labels else None, timeout_seconds=timeout, idle_timeout_seconds=idle_timeout,
             env=dict(env) if env else None, resources=resources,
             files=[models.File(p, v.encode() if isinstance(v, str) else bytes(v)) for p, v in files.items()] if files else None,
-            caches=list(caches) if caches else None)
+            caches=list(caches) if caches else None, record=True if record else None)
         return cls(c, c.create_sandbox(req))
 
     @classmethod

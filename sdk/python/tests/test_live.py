@@ -376,6 +376,28 @@ class NetworkTest(Live):
             web.server_close()
 
 
+class RecordTest(Live):
+    def test_record_events(self):
+        if os.geteuid() != 0:
+            # The denial: a daemon that is not root cannot keep the record.
+            with self.assertRaises(airlock.Unimplemented):
+                self.sandbox(record=True)
+            return
+        sb = self.sandbox(record=True)
+        self.assertTrue(sb.info.record)
+        it = self.c.follow_events(sb.id, type="exec")
+        self.assertEqual(sb.exec(["/bin/true", "py-record"]).exit_code, 0)
+        ev = next(it)
+        self.assertEqual((ev.type, ev.argv, ev.result), ("exec", ["/bin/true", "py-record"], "ok"))
+        it.close()
+        page = self.c.record_events(sb.id, type=["start", "exec"])
+        self.assertEqual([e.type for e in page.events], ["start", "exec"])
+        self.assertEqual(page.events[1].cursor, ev.cursor)
+        # The control: a sandbox without record has no events.
+        with self.assertRaises(airlock.FailedPrecondition):
+            self.c.record_events(self.sandbox().id)
+
+
 class TCPKeyTest(unittest.TestCase):
     def test_key(self):
         need(UNIX, TCP, KEY)

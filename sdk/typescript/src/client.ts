@@ -63,6 +63,15 @@ export interface NetworkQuery {
   limit?: number;
 }
 
+/** What recordEvents and followEvents select. */
+export interface EventsQuery {
+  /** Only events of these types ("exec", "exit", ...). */
+  type?: M.RecordEvent["type"] | Array<M.RecordEvent["type"]>;
+  since?: Date | string;
+  cursor?: string;
+  limit?: number;
+}
+
 /** Options of processOutput. */
 export interface OutputOptions extends CallOptions {
   /** Resume after this cursor (an event's cursor). */
@@ -96,6 +105,7 @@ export const SENT_QUERY: { readonly [K in M.OperationId]: readonly string[] } = 
   signalProcess: [],
   pty: [],
   networkEvents: ["allowed", "host", "since", "cursor", "limit", "follow"],
+  recordEvents: ["type", "since", "cursor", "limit", "follow"],
   getNetworkPolicy: [],
   setNetworkPolicy: [],
   readFile: ["path", "max_size"],
@@ -391,23 +401,51 @@ export class Airlock {
 
   /** The audit records q selects, then each new one, until the sandbox ends; reopened from the last cursor when cut. */
   followNetwork(id: string, q: NetworkQuery = {}, opts: CallOptions = {}): AsyncGenerator<M.NetworkEvent> {
-    const once = async function* (this: Airlock, cursor: string | undefined): AsyncGenerator<M.NetworkEvent> {
+    return this.followStored<M.NetworkEvent>(id, "/network", "network", (cursor) => this.networkQuery({ ...q, cursor }, true), q.cursor, opts);
+  }
+
+  /** A stream of stored events with cursors (.../network, .../events), reopened from the last cursor when cut. */
+  private followStored<E extends { cursor?: string }>(id: string, rest: string, what: string, mkQuery: (cursor: string | undefined) => URLSearchParams,
+    cursor: string | undefined, opts: CallOptions): AsyncGenerator<E> {
+    const once = async function* (this: Airlock, cursor: string | undefined): AsyncGenerator<E> {
       const ans = await this.t.send({
         method: "GET",
-        path: sbPath(id, "/network"),
-        query: this.networkQuery({ ...q, cursor }, true),
+        path: sbPath(id, rest),
+        query: mkQuery(cursor),
         headers: { accept: "application/x-ndjson" },
         stream: true,
         ...opts,
       });
       try {
-        for await (const ev of rawEvents(guardBody(ans.res, opts.signal), false)) yield decodeEvent<M.NetworkEvent>("network", ev.data);
+        for await (const ev of rawEvents(guardBody(ans.res, opts.signal), false)) yield decodeEvent<E>(what, ev.data);
       } finally {
         ans.done();
         if (!ans.res.complete) ans.res.destroy();
       }
     };
-    return reconnecting((c) => once.call(this, c), q.cursor, () => false, opts.signal);
+    return reconnecting((c) => once.call(this, c), cursor, () => false, opts.signal);
+  }
+
+  // Activity record (sandboxes made with record: true).
+
+  private eventsQuery(q: EventsQuery, follow: boolean): URLSearchParams {
+    return query("recordEvents", {
+      type: q.type === undefined ? undefined : Array.isArray(q.type) ? q.type.join(",") : q.type,
+      since: q.since === undefined ? undefined : q.since instanceof Date ? q.since.toISOString() : q.since,
+      cursor: q.cursor || undefined,
+      limit: follow || !q.limit ? undefined : String(q.limit),
+      follow: follow ? "true" : undefined,
+    });
+  }
+
+  /** One page of the sandbox's activity record, oldest first (a sandbox made without record: ConflictError). */
+  async recordEvents(id: string, q: EventsQuery = {}, opts: CallOptions = {}): Promise<M.RecordEventsPage> {
+    return this.t.json({ method: "GET", path: sbPath(id, "/events"), query: this.eventsQuery(q, false), ...opts });
+  }
+
+  /** The record's events q selects, then each new one, until the sandbox ends; reopened from the last cursor when cut. */
+  followEvents(id: string, q: EventsQuery = {}, opts: CallOptions = {}): AsyncGenerator<M.RecordEvent> {
+    return this.followStored<M.RecordEvent>(id, "/events", "record", (cursor) => this.eventsQuery({ ...q, cursor }, true), q.cursor, opts);
   }
 
   async getNetworkPolicy(id: string, opts: CallOptions = {}): Promise<M.NetworkPolicy> {

@@ -62,6 +62,10 @@ export interface Sandbox {
    * The tenant of the API key that created it; absent when it was made over the unix socket or with a key without a tenant.
    */
   tenant?: string;
+  /**
+   * True for a sandbox made with an activity record (record: true in the creation); read it with GET /v1/sandboxes/{id}/events.
+   */
+  record?: boolean;
 }
 
 /**
@@ -134,6 +138,10 @@ export interface CreateSandboxRequest {
    * Persistent caches mounted read-write, on top of the policy's: go, npm, pip or cargo (at /cache/NAME, with the tool's variables set unless env sets them), or NAME:/path. The daemon keeps one set, shared by every caller.
    */
   caches?: Array<string>;
+  /**
+   * Keep an activity record of the sandbox, written by the daemon, never by code inside: every exec (argv, path, working directory, parent, outcome), every exit (status, duration), network requests and resource use; read it with GET /v1/sandboxes/{id}/events. Needs a daemon running as root with the native runtime (a 501 otherwise); if the record cannot be set up the creation fails (the error names the layer `record`) and nothing is left. Never served from a warm pool.
+   */
+  record?: boolean;
 }
 
 /**
@@ -707,11 +715,183 @@ export interface HTTPRule {
   paths?: Array<string>;
 }
 
+/**
+ * One event of a sandbox's activity record: the schema of `airlock run --record`'s lines, with a cursor. Fields that do not apply to the type are absent.
+ */
+export interface RecordEvent {
+  /**
+   * The value of ?cursor= (or, for SSE, Last-Event-ID) that lists the events after this one.
+   */
+  cursor: string;
+  /**
+   * What happened.
+   */
+  type: "start" | "exec" | "exit" | "net" | "usage" | "loss" | "end";
+  /**
+   * When it happened (UTC).
+   */
+  time: string;
+  /**
+   * start and end: the sandbox.
+   */
+  sandbox?: string;
+  /**
+   * start: the record's schema version (1).
+   */
+  version?: number;
+  /**
+   * exec and exit: the process id inside the sandbox.
+   */
+  pid?: number;
+  /**
+   * exec and exit: the process id on the host.
+   */
+  host_pid?: number;
+  /**
+   * exec: the parent's process id inside the sandbox.
+   */
+  ppid?: number;
+  /**
+   * exec: the parent's process id on the host.
+   */
+  host_ppid?: number;
+  /**
+   * exec: execve or execveat.
+   */
+  syscall?: string;
+  /**
+   * exec: the path as passed to the call.
+   */
+  path?: string;
+  /**
+   * exec through a descriptor (fexecve, execveat from a directory descriptor, /proc/self/fd/N): what it named, e.g. "/memfd:x (deleted)".
+   */
+  path_target?: string;
+  /**
+   * exec: the arguments, read from the caller's memory while it waited in the kernel.
+   */
+  argv?: Array<string>;
+  /**
+   * exec: argv was longer than 4096 arguments or 256 KiB, or could not be read whole.
+   */
+  argv_truncated?: boolean;
+  /**
+   * exec: the caller's working directory.
+   */
+  cwd?: string;
+  /**
+   * exec: ok (the kernel reported the exec), failed (the caller went on without it), or unconfirmed (events were lost while it was in flight).
+   */
+  result?: "ok" | "failed" | "unconfirmed";
+  /**
+   * exit: the process exited (with code); otherwise it was killed by signal.
+   */
+  exited?: boolean;
+  /**
+   * exit: the exit status, when exited.
+   */
+  code?: number;
+  /**
+   * exit: the signal that killed it.
+   */
+  signal?: number;
+  /**
+   * exit: it dumped core.
+   */
+  core?: boolean;
+  /**
+   * exit: time from its fork; absent when its start is unknown (it was running when the daemon restarted).
+   */
+  duration_ms?: number;
+  /**
+   * exit: the exit was never seen (the record ended first).
+   */
+  lost?: boolean;
+  /**
+   * net: as in NetworkEvent.
+   */
+  proto?: string;
+  /**
+   * net: the HTTP method.
+   */
+  method?: string;
+  /**
+   * net: the host asked for.
+   */
+  host?: string;
+  /**
+   * net: the port asked for.
+   */
+  port?: number;
+  /**
+   * net: the address dialed.
+   */
+  addr?: string;
+  /**
+   * net: the path of a plain-HTTP request.
+   */
+  url_path?: string;
+  /**
+   * net: whether the policy allowed it.
+   */
+  allowed?: boolean;
+  /**
+   * net: the rule or reason that decided.
+   */
+  rule?: string;
+  /**
+   * net: payload bytes sent.
+   */
+  bytes_up?: number;
+  /**
+   * net: payload bytes received.
+   */
+  bytes_down?: number;
+  /**
+   * net: why the request failed; exec: why the caller's memory could not be read.
+   */
+  error_message?: string;
+  /**
+   * usage: cumulative CPU time of the sandbox, in nanoseconds.
+   */
+  cpu_ns?: number;
+  /**
+   * usage: memory in use.
+   */
+  memory_bytes?: number;
+  /**
+   * usage: the peak of memory use.
+   */
+  memory_peak_bytes?: number;
+  /**
+   * usage: tasks in the sandbox (its agent included).
+   */
+  pids?: number;
+  /**
+   * loss: why events are missing; end: why the sandbox ended.
+   */
+  reason?: string;
+}
+
+/**
+ * The body of GET /v1/sandboxes/{id}/events: one page of the sandbox's activity record, oldest first.
+ */
+export interface RecordEventsPage {
+  /**
+   * The events of this page.
+   */
+  events: Array<RecordEvent>;
+  /**
+   * Set when there are more events now: pass it as ?cursor= with the same filters for the next page. Absent on the last page (to poll for later events, use the last event's cursor).
+   */
+  next_cursor?: string;
+}
+
 /** The JSON field names of every schema. */
 export const SCHEMA_FIELDS = {
-  Sandbox: ["id","state","labels","image","policy","reason","created_at","expires_at","idle_timeout_seconds","last_activity_at","ended_at","resources","tenant"],
+  Sandbox: ["id","state","labels","image","policy","reason","created_at","expires_at","idle_timeout_seconds","last_activity_at","ended_at","resources","tenant","record"],
   Resources: ["memory","disk","pids","cpu"],
-  CreateSandboxRequest: ["image","runtime","policy_name","policy","resources","env","labels","timeout_seconds","idle_timeout_seconds","files","caches"],
+  CreateSandboxRequest: ["image","runtime","policy_name","policy","resources","env","labels","timeout_seconds","idle_timeout_seconds","files","caches","record"],
   File: ["path","content","mode"],
   SandboxList: ["sandboxes","next_cursor"],
   TimeoutRequest: ["timeout_seconds"],
@@ -738,6 +918,8 @@ export const SCHEMA_FIELDS = {
   Error: ["error"],
   ErrorBody: ["code","message"],
   HTTPRule: ["hosts","methods","paths"],
+  RecordEvent: ["cursor","type","time","sandbox","version","pid","host_pid","ppid","host_ppid","syscall","path","path_target","argv","argv_truncated","cwd","result","exited","code","signal","core","duration_ms","lost","proto","method","host","port","addr","url_path","allowed","rule","bytes_up","bytes_down","error_message","cpu_ns","memory_bytes","memory_peak_bytes","pids","reason"],
+  RecordEventsPage: ["events","next_cursor"],
 } as const;
 
 /** The API's error codes (ErrorBody.code). */
@@ -771,6 +953,7 @@ export const OPERATIONS = {
   networkEvents: { method: "GET", path: "/v1/sandboxes/{id}/network", query: ["allowed","host","since","cursor","limit","follow"], body: null },
   getNetworkPolicy: { method: "GET", path: "/v1/sandboxes/{id}/network/policy", query: [], body: null },
   setNetworkPolicy: { method: "PUT", path: "/v1/sandboxes/{id}/network/policy", query: [], body: "application/json" },
+  recordEvents: { method: "GET", path: "/v1/sandboxes/{id}/events", query: ["type","since","cursor","limit","follow"], body: null },
   readFile: { method: "GET", path: "/v1/sandboxes/{id}/files", query: ["path","max_size"], body: null },
   writeFile: { method: "PUT", path: "/v1/sandboxes/{id}/files", query: ["path","mode"], body: "application/octet-stream" },
   remove: { method: "DELETE", path: "/v1/sandboxes/{id}/files", query: ["path","recursive"], body: null },

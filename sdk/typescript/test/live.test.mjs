@@ -7,7 +7,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { lstat, mkdir, readFile, readdir, readlink, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import {
-  APIError, CommandNotFoundError, FailedPreconditionError, InvalidArgumentError, NotFoundError, Sandbox, TooLargeError,
+  APIError, CommandNotFoundError, FailedPreconditionError, InvalidArgumentError, NotFoundError, NotImplementedError, Sandbox, TooLargeError,
 } from "../dist/index.js";
 import { collect, tempDir, unixClient } from "./helpers.mjs";
 
@@ -285,6 +285,34 @@ test("network: the audit records a denied request; the policy changes live; a sa
   const none = await sandbox(t);
   assert.equal((await none.network.policy()).mode, "none");
   await assert.rejects(none.network.setPolicy({ mode: "open" }), FailedPreconditionError);
+});
+
+test("record: followEvents sees an exec live, recordEvents pages it; a sandbox without record is FailedPreconditionError", async (t) => {
+  if (process.geteuid() !== 0) {
+    // The denial: a daemon that is not root cannot keep the record.
+    await assert.rejects(Sandbox.create({ client: c, record: true }), NotImplementedError);
+    return;
+  }
+  const sb = await sandbox(t, { record: true });
+  assert.equal(sb.info.record, true);
+  const ac = new AbortController();
+  const seen = (async () => {
+    for await (const ev of c.followEvents(sb.id, { type: "exec" }, { signal: AbortSignal.any([ac.signal, AbortSignal.timeout(30_000)]) })) {
+      if (ev.argv?.[1] === "ts-record") return ev;
+    }
+  })();
+  // The stream is open once its first answer came; an exec made after
+  // any earlier one is in it either way (from the start of the record).
+  await sb.exec(["/bin/true", "ts-record"]);
+  const ev = await seen;
+  ac.abort();
+  assert.equal(ev.type, "exec");
+  assert.equal(ev.result, "ok");
+  const page = await c.recordEvents(sb.id, { type: ["start", "exec"] });
+  assert.deepEqual(page.events.map((e) => e.type), ["start", "exec"]);
+  assert.equal(page.events[1].cursor, ev.cursor);
+  const plain = await sandbox(t);
+  await assert.rejects(c.recordEvents(plain.id), FailedPreconditionError);
 });
 
 test("portTunnel: a TCP stream to a server inside the sandbox; a bad port and a closed one are errors", async (t) => {
