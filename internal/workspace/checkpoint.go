@@ -205,12 +205,14 @@ func (r *Run) TakeCheckpoint(name string, auto bool, pause, resume func() error)
 	t0 := time.Now()
 	cp.Time = t0.UTC()
 	var copyErr error
-	state, err := upperState(r.Upper())
+	state, entries, err := upperState(r.Upper())
 	switch {
 	case err != nil:
 		copyErr = err
 	case auto && len(cps) > 0 && cps[len(cps)-1].State == state:
 		copyErr = ErrUnchanged
+	case auto && len(cps) == 0 && entries == 0:
+		copyErr = ErrUnchanged // nothing changed yet
 	default:
 		cp.State = state
 		c := &copier{}
@@ -247,13 +249,16 @@ func (r *Run) TakeCheckpoint(name string, auto bool, pause, resume func() error)
 }
 
 // upperState hashes the identity of every entry of the upper layer
-// (name, inode, type and mode, size, modification and change times).
-func upperState(upper string) (string, error) {
+// (name, inode, type and mode, size, modification and change times), and
+// counts the entries below its root.
+func upperState(upper string) (string, int, error) {
 	h := sha256.New()
+	n := -1
 	err := filepath.WalkDir(upper, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
+		n++
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
 			return err
@@ -262,9 +267,9 @@ func upperState(upper string) (string, error) {
 		return nil
 	})
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
 // copier copies an upper layer as the overlay made it: directories,
