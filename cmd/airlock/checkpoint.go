@@ -61,12 +61,15 @@ type ckServer struct {
 	path   string
 	stop   chan struct{}
 	wg     sync.WaitGroup
+
+	connMu sync.Mutex
+	conns  map[*net.UnixConn]bool // open requests, cut short by close
 }
 
 // startCheckpoints listens for checkpoint requests of run, whose sandbox
 // is sb, and takes one every interval (0: never).
 func startCheckpoints(run *workspace.Run, sb runtime.Sandbox, rec *record.Recorder, every time.Duration, stderr io.Writer) (*ckServer, error) {
-	s := &ckServer{run: run, rec: rec, stderr: stderr, stop: make(chan struct{})}
+	s := &ckServer{run: run, rec: rec, stderr: stderr, stop: make(chan struct{}), conns: map[*net.UnixConn]bool{}}
 	s.pauser, _ = sb.(runtime.Pauser)
 	s.path = filepath.Join(run.Dir, ckSocket)
 	os.Remove(s.path) // left by an airlock that was killed
@@ -126,10 +129,21 @@ func (s *ckServer) serve() {
 		if err != nil {
 			return
 		}
+		s.connMu.Lock()
+		if s.conns == nil {
+			s.connMu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = true
+		s.connMu.Unlock()
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			s.handle(c)
+			s.connMu.Lock()
+			delete(s.conns, c)
+			s.connMu.Unlock()
 		}()
 	}
 }
@@ -235,6 +249,14 @@ func (s *ckServer) close() {
 	s.ln.Close()
 	os.Remove(s.path)
 	s.mu.Unlock()
+	// A request still being read is not waited for; one being answered
+	// gets its answer.
+	s.connMu.Lock()
+	for c := range s.conns {
+		c.SetReadDeadline(time.Now())
+	}
+	s.conns = nil
+	s.connMu.Unlock()
 	s.wg.Wait()
 }
 

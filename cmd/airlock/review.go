@@ -321,7 +321,10 @@ has them) and "airlock review discard ID" throws its changes away.
 run's apply, completed or interrupted (entries changed on the host since
 are left as they are). Instead of an ID, the commands take the workspace
 directory: the one pending (for rollback: applied) run whose workspace it
-is; with several, they are listed and nothing is done.`,
+is; with several, they are listed and nothing is done. A run's checkpoints
+(airlock checkpoint, airlock run --checkpoint-every) are listed under it;
+"airlock review diff|apply ID --checkpoint C" shows or applies the
+workspace as of checkpoint C.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return reviewList(cmd.OutOrStdout(), cmd.ErrOrStderr(), asJSON)
