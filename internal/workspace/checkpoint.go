@@ -39,7 +39,8 @@ type Checkpoint struct {
 	// bytes of file data).
 	Entries int   `json:"entries"`
 	Bytes   int64 `json:"bytes"`
-	// FrozenMS: how long the sandbox was paused for the copy.
+	// FrozenMS: how long the sandbox was paused for the copy, from the
+	// start of the freeze to the end of the thaw.
 	FrozenMS float64 `json:"frozen_ms"`
 	// State identifies the upper layer's entries (names, inodes, sizes,
 	// change times) when it was copied: an automatic checkpoint is
@@ -198,12 +199,12 @@ func (r *Run) TakeCheckpoint(name string, auto bool, pause, resume func() error)
 		}
 	}()
 	dst := filepath.Join(tmp, "upper")
+	t0 := time.Now()
 	if err := pause(); err != nil {
 		resume() // a freeze that timed out half-way is undone
 		return nil, fmt.Errorf("pausing the sandbox: %w; no checkpoint taken", err)
 	}
-	t0 := time.Now()
-	cp.Time = t0.UTC()
+	cp.Time = time.Now().UTC()
 	var copyErr error
 	state, entries, err := upperState(r.Upper())
 	switch {
@@ -219,8 +220,8 @@ func (r *Run) TakeCheckpoint(name string, auto bool, pause, resume func() error)
 		copyErr = c.tree(r.Upper(), dst)
 		cp.Entries, cp.Bytes = c.entries, c.bytes
 	}
-	frozen := time.Since(t0)
 	resumeErr := resume()
+	frozen := time.Since(t0)
 	cp.FrozenMS = float64(frozen.Microseconds()) / 1000
 	if copyErr != nil {
 		if errors.Is(copyErr, ErrUnchanged) {
