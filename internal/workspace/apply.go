@@ -46,14 +46,8 @@ func (r *Run) ApplyAt(cp string) (rep *Report, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.ApplyingCheckpoint != cp && (r.HasJournal() || r.ApplyingCheckpoint != "") {
+	if r.ApplyingCheckpoint != cp && r.HasJournal() {
 		return nil, fmt.Errorf("run %s: an apply of %s was interrupted; resume it (airlock review apply %s%s) or roll it back (airlock review rollback %s); nothing applied", r.ID, stateName(r.ApplyingCheckpoint), r.ID, checkpointFlag(r.ApplyingCheckpoint), r.ID)
-	}
-	if r.ApplyingCheckpoint != cp {
-		r.ApplyingCheckpoint = cp
-		if err := r.save(); err != nil {
-			return nil, err
-		}
 	}
 	up, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -71,6 +65,14 @@ func (r *Run) ApplyAt(cp string) (rep *Report, retErr error) {
 	}
 	if uint64(st.Dev) != r.Dev || st.Ino != r.Ino {
 		return nil, fmt.Errorf("workspace %s is not the directory the run started with (it was replaced); nothing applied", r.Workspace)
+	}
+	if r.ApplyingCheckpoint != cp {
+		// Named before anything is applied: a resumed apply brings the
+		// same state.
+		r.ApplyingCheckpoint = cp
+		if err := r.save(); err != nil {
+			return nil, fmt.Errorf("run %s: %w; nothing applied", r.ID, err)
+		}
 	}
 	j, err := r.openJournal()
 	if err != nil {

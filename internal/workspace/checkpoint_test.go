@@ -199,9 +199,28 @@ func TestCheckpointRules(t *testing.T) {
 	if _, err := r.FindCheckpoint("nope"); err == nil || !strings.Contains(err.Error(), "1 (n1)") {
 		t.Errorf("find nope: %v", err)
 	}
-	// An apply of checkpoint 1 interrupted: the last state waits.
-	r.ApplyingCheckpoint = "1"
-	if _, err := r.ApplyAt(""); err == nil || !strings.Contains(err.Error(), "--checkpoint 1") {
-		t.Errorf("apply of the last state after an interrupted apply of checkpoint 1: %v", err)
+	// An apply of checkpoint 1 interrupted after its first change: the
+	// last state (or another checkpoint) waits; checkpoint 1 resumes.
+	defer func() { stopAfter = 0 }()
+	applySteps.Store(0)
+	stopAfter = 1
+	if _, err := r.ApplyAt("1"); !errors.Is(err, errStopped) {
+		t.Fatalf("interrupted apply: %v", err)
+	}
+	stopAfter = 0
+	for _, other := range []string{"", "3"} {
+		if _, err := r.ApplyAt(other); err == nil || !strings.Contains(err.Error(), "--checkpoint 1") {
+			t.Errorf("apply of %q after an interrupted apply of checkpoint 1: %v", other, err)
+		}
+	}
+	rep, err := r.ApplyAt("1")
+	if err != nil || len(rep.Errors) > 0 {
+		t.Fatalf("resumed apply of checkpoint 1: %+v %v", rep, err)
+	}
+	if got := read(t, filepath.Join(ws, "f")); got != "1\n" {
+		t.Errorf("f = %q after applying checkpoint 1", got)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "g")); err == nil {
+		t.Error("g (after checkpoint 1) applied")
 	}
 }
