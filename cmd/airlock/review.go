@@ -367,9 +367,17 @@ workspace as of checkpoint C.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stderr := cmd.ErrOrStderr()
-			run, err := openPending(stderr, args[0])
+			run, err := openRunArg(args[0], "pending", func(l workspace.Listed) bool { return l.Pending })
+			if errors.Is(err, workspace.ErrBusy) && diffCheckpoint != "" {
+				// A checkpoint of a run still going can be looked at.
+				var l *workspace.Listed
+				if l, err = runningRun(args[0]); err == nil {
+					run, err = workspace.Peek(l.ID)
+				}
+			}
 			if err != nil {
-				return err
+				fmt.Fprintf(stderr, "airlock: %v\n", err)
+				return exitError{1}
 			}
 			defer run.Close()
 			if !run.Pending() {

@@ -225,6 +225,20 @@ func Open(id string) (*Run, error) {
 	return r, nil
 }
 
+// Peek opens the run id without its lock, to read its checkpoints while
+// its airlock still runs (a checkpoint, once listed, never changes until
+// the run ends).
+func Peek(id string) (*Run, error) {
+	if !isID(id) {
+		return nil, fmt.Errorf("run id %q: want 16 lowercase hex digits (see airlock review)", id)
+	}
+	root, err := Root()
+	if err != nil {
+		return nil, err
+	}
+	return load(filepath.Join(root, id))
+}
+
 // List returns every run under Root, oldest first; Busy marks those still
 // held by their airlock.
 func List() ([]Listed, error) {

@@ -176,6 +176,12 @@ func TestCheckpointReview(t *testing.T) {
 			t.Errorf("checkpoint %v: want one line with %q and a failure\n%s", bad.args, bad.want, r)
 		}
 	}
+	// A checkpoint can be looked at while the run goes on; the last
+	// state cannot (it is still changing).
+	sameMap(t, "diff of checkpoint first while running", diffKinds(t, o, ws, "--checkpoint", "first"), map[string]string{"a.txt": "added", ".mcp.json": "kept"})
+	if r := airlock(t, o, "review", "diff", id); r.code == 0 || !strings.Contains(r.stderr, "in progress") {
+		t.Errorf("diff of a running run's last state\n%s", r)
+	}
 	// By workspace directory, unnamed: checkpoint 2.
 	r = airlock(t, o, "checkpoint", ws)
 	mustOK(t, r, "checkpoint DIR")
