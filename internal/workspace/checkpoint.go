@@ -394,7 +394,10 @@ func (c *copier) file(s, d int, name string, st *unix.Stat_t) error {
 	if err := c.data(in, out, st.Size); err != nil {
 		return err
 	}
-	return c.attrsFd(in, out, st)
+	if err := c.attrsFd(in, out, st); err != nil {
+		return err
+	}
+	return unix.UtimesNanoAt(d, name, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // data copies the data regions of in to out (same offsets), then sets
@@ -459,8 +462,8 @@ func (c *copier) span(in, out int, start, end int64) error {
 	return nil
 }
 
-// attrsFd gives the open file out the overlay attributes, owner, mode and
-// times of in.
+// attrsFd gives the open file or directory out the overlay attributes,
+// owner and mode of in (times: by name, see file and attrs).
 func (c *copier) attrsFd(in, out int, st *unix.Stat_t) error {
 	if err := copyXattrs(procFd(in), procFd(out), true); err != nil {
 		return err
@@ -470,46 +473,34 @@ func (c *copier) attrsFd(in, out int, st *unix.Stat_t) error {
 			return err
 		}
 	}
-	if err := unix.Fchmod(out, st.Mode&0o7777); err != nil {
-		return err
-	}
-	return unix.UtimesNanoAt(out, "", []unix.Timespec{st.Atim, st.Mtim}, unix.AT_EMPTY_PATH)
+	return unix.Fchmod(out, st.Mode&0o7777)
 }
 
-// attrs does what attrsFd does for d/dname (from s/sname; "" for the
-// directories themselves), never following a link.
+// attrs gives d/dname what s/sname has (attributes, owner, mode, times),
+// never following a link; with names "", the directories s and d
+// themselves.
 func (c *copier) attrs(s, d int, sname, dname string, st *unix.Stat_t) error {
-	link := st.Mode&unix.S_IFMT == unix.S_IFLNK
+	ts := []unix.Timespec{st.Atim, st.Mtim}
 	if dname == "" {
-		// A directory: through its descriptor's /proc link (followed).
-		if err := copyXattrs(procFd(s), procFd(d), true); err != nil {
+		if err := c.attrsFd(s, d, st); err != nil {
 			return err
 		}
-	} else if err := copyXattrs(procPath(s, sname), procPath(d, dname), false); err != nil {
+		return unix.UtimesNanoAt(d, ".", ts, 0)
+	}
+	if err := copyXattrs(procPath(s, sname), procPath(d, dname), false); err != nil {
 		return err
 	}
-	flags := unix.AT_SYMLINK_NOFOLLOW
-	if dname == "" {
-		flags = unix.AT_EMPTY_PATH
-	}
 	if os.Geteuid() == 0 {
-		if err := unix.Fchownat(d, dname, int(st.Uid), int(st.Gid), flags); err != nil {
+		if err := unix.Fchownat(d, dname, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return err
 		}
 	}
-	if !link {
-		if dname == "" {
-			if err := unix.Fchmod(d, st.Mode&0o7777); err != nil {
-				return err
-			}
-		} else if err := unix.Fchmodat(d, dname, st.Mode&0o7777, 0); err != nil {
+	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+		if err := unix.Fchmodat(d, dname, st.Mode&0o7777, 0); err != nil {
 			return err
 		}
 	}
-	if dname == "" {
-		return unix.UtimesNanoAt(d, "", []unix.Timespec{st.Atim, st.Mtim}, unix.AT_EMPTY_PATH)
-	}
-	return unix.UtimesNanoAt(d, dname, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+	return unix.UtimesNanoAt(d, dname, ts, unix.AT_SYMLINK_NOFOLLOW)
 }
 
 func procFd(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }

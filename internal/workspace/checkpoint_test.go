@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -63,6 +64,12 @@ func TestCheckpointCopyAndApply(t *testing.T) {
 	f.WriteAt([]byte("end"), 64<<20)
 	f.Close()
 	write(t, filepath.Join(up, ".bashrc"), "evil\n") // protected
+	old := time.Date(2001, 2, 3, 4, 5, 6, 789, time.UTC)
+	for _, p := range []string{"a.txt", "old"} {
+		if err := os.Chtimes(filepath.Join(up, p), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	c := &counter{}
 	cp, err := r.TakeCheckpoint("first", false, c.pause, c.resume)
@@ -88,6 +95,11 @@ func TestCheckpointCopyAndApply(t *testing.T) {
 	}
 	if cp.Bytes > 1<<20 {
 		t.Errorf("copied %d bytes for a few small files and a sparse one", cp.Bytes)
+	}
+	for _, p := range []string{"a.txt", "old"} {
+		if fi, err := os.Lstat(filepath.Join(cup, p)); err != nil || !fi.ModTime().Equal(old) {
+			t.Errorf("%s copied with mtime %v (%v), want %v", p, fi.ModTime(), err, old)
+		}
 	}
 	if !isOpaqueAt(t, filepath.Join(cup, "old")) {
 		t.Error("the opaque directory lost its attribute")
