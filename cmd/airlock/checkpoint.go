@@ -99,13 +99,18 @@ func listenUnix(path string) (*net.UnixListener, error) {
 		defer unix.Close(d)
 		addr = fmt.Sprintf("/proc/self/fd/%d/%s", d, filepath.Base(path))
 	}
-	old := unix.Umask(0o077)
+	// The run's directory (0700) keeps others out; the socket's own mode
+	// says so too.
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
-	unix.Umask(old)
 	if err != nil {
 		return nil, err
 	}
 	ln.SetUnlinkOnClose(false)
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		os.Remove(path)
+		return nil, err
+	}
 	return ln, nil
 }
 

@@ -497,3 +497,31 @@ func hashBytes(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// A sandbox without cgroups cannot be paused: a checkpoint of it is
+// refused (one line, exit 1), nothing half-made is left, and the run
+// goes on and ends as usual.
+func TestCheckpointNoFreezer(t *testing.T) {
+	needRoot(t)
+	o := opts{}
+	dir := changesEnv(t, &o)
+	ws := t.TempDir()
+	g := newFifoGate(t)
+	b := start(t, o, "run", "-v", "--insecure-no-cgroups", "--review", "--workspace", ws, "--ro", g.dir, "--", "/bin/sh", "-c", "echo x > f && echo written && read x < "+g.path)
+	id := b.stderr.waitFor(t, sandboxIDRE, runTimeout)[1]
+	b.stdout.waitFor(t, writtenRE, runTimeout)
+	r := airlock(t, o, "checkpoint", id)
+	if r.code != 1 || !strings.Contains(r.stderr, "freezer") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Errorf("checkpoint of a sandbox without cgroups: want one line about the freezer, exit 1\n%s", r)
+	}
+	if ents, err := os.ReadDir(filepath.Join(dir, id, "checkpoints")); err != nil || len(ents) != 0 {
+		t.Errorf("checkpoints directory after a refused checkpoint: %v %v", ents, err)
+	}
+	g.open(t)
+	if code := b.wait(t, runTimeout); code != 0 {
+		t.Fatalf("run exit %d\n%s", code, b.stderr)
+	}
+	if runs := reviewRuns(t, o); len(runs) != 1 || len(runs[0].Checkpoints) != 0 || !runs[0].Pending {
+		t.Errorf("review: %+v", runs)
+	}
+}
