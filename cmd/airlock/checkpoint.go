@@ -205,13 +205,23 @@ func (s *ckServer) tick(every time.Duration) {
 	defer s.wg.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
+	said := map[string]bool{} // each failure once, not every tick
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
-			if _, err := s.take("", true); err != nil && !errors.Is(err, workspace.ErrUnchanged) && !errors.Is(err, errRunEnded) {
-				fmt.Fprintf(s.stderr, "airlock: checkpoint: %v\n", err)
+			_, err := s.take("", true)
+			if err == nil || errors.Is(err, workspace.ErrUnchanged) || errors.Is(err, errRunEnded) {
+				continue
+			}
+			kind := err.Error()
+			if errors.Is(err, workspace.ErrNoRoom) {
+				kind = "room"
+			}
+			if !said[kind] {
+				said[kind] = true
+				fmt.Fprintf(s.stderr, "airlock: automatic checkpoint skipped: %v\n", err)
 			}
 		}
 	}

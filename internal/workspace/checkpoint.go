@@ -206,7 +206,7 @@ func (r *Run) TakeCheckpoint(name string, auto bool, pause, resume func() error)
 	}
 	cp.Time = time.Now().UTC()
 	var copyErr error
-	state, entries, err := upperState(r.Upper())
+	state, entries, need, err := upperState(r.Upper())
 	switch {
 	case err != nil:
 		copyErr = err
@@ -214,6 +214,8 @@ func (r *Run) TakeCheckpoint(name string, auto bool, pause, resume func() error)
 		copyErr = ErrUnchanged
 	case auto && len(cps) == 0 && entries == 0:
 		copyErr = ErrUnchanged // nothing changed yet
+	case roomFor(dir, need) != nil:
+		copyErr = roomFor(dir, need)
 	default:
 		cp.State = state
 		c := &copier{}
@@ -224,8 +226,8 @@ func (r *Run) TakeCheckpoint(name string, auto bool, pause, resume func() error)
 	frozen := time.Since(t0)
 	cp.FrozenMS = float64(frozen.Microseconds()) / 1000
 	if copyErr != nil {
-		if errors.Is(copyErr, ErrUnchanged) {
-			return nil, copyErr
+		if errors.Is(copyErr, ErrUnchanged) || errors.Is(copyErr, ErrNoRoom) {
+			return nil, errors.Join(copyErr, resumeErr)
 		}
 		return nil, errors.Join(fmt.Errorf("copying the upper layer: %w; no checkpoint taken", copyErr), resumeErr)
 	}
@@ -249,12 +251,37 @@ func (r *Run) TakeCheckpoint(name string, auto bool, pause, resume func() error)
 	return cp, nil
 }
 
+// ErrNoRoom: the checkpoint would not fit on the changes directory's
+// filesystem, beyond its reserve.
+var ErrNoRoom = errors.New("not enough free space for a checkpoint")
+
+// roomReserve is the share of the changes directory's filesystem that
+// checkpoints leave free: a sandbox that rewrites large files under
+// --checkpoint-every must not fill the host's disk.
+const roomReserve = 0.05
+
+// roomFor checks that need bytes fit in dir's filesystem, leaving
+// roomReserve of it free.
+func roomFor(dir string, need int64) error {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return err
+	}
+	avail := int64(fs.Bavail) * int64(fs.Bsize)
+	reserve := int64(float64(int64(fs.Blocks)*int64(fs.Bsize)) * roomReserve)
+	if need > avail-reserve {
+		return fmt.Errorf("%w: it needs %d MiB and %s has %d MiB free beyond its %.0f%% reserve", ErrNoRoom, need>>20, dir, max(avail-reserve, 0)>>20, roomReserve*100)
+	}
+	return nil
+}
+
 // upperState hashes the identity of every entry of the upper layer
 // (name, inode, type and mode, size, modification and change times), and
-// counts the entries below its root.
-func upperState(upper string) (string, int, error) {
+// counts the entries below its root and the bytes their copy needs.
+func upperState(upper string) (string, int, int64, error) {
 	h := sha256.New()
 	n := -1
+	var need int64
 	err := filepath.WalkDir(upper, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -265,12 +292,13 @@ func upperState(upper string) (string, int, error) {
 			return err
 		}
 		fmt.Fprintf(h, "%q %d %o %d %d %d %d\n", p, st.Ino, st.Mode, st.Size, st.Rdev, st.Mtim.Nano(), st.Ctim.Nano())
+		need += st.Blocks*512 + 4096
 		return nil
 	})
 	if err != nil {
-		return "", 0, err
+		return "", 0, 0, err
 	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
+	return hex.EncodeToString(h.Sum(nil)), n, need, nil
 }
 
 // copier copies an upper layer as the overlay made it: directories,

@@ -236,3 +236,38 @@ func TestCheckpointRules(t *testing.T) {
 		t.Error("g (after checkpoint 1) applied")
 	}
 }
+
+// A checkpoint that would not fit beside the filesystem's reserve is
+// refused whole (ErrNoRoom, nothing left, the sandbox resumed); a small
+// one on the same filesystem is taken.
+func TestCheckpointNoRoom(t *testing.T) {
+	needRoot(t)
+	base := t.TempDir()
+	if err := unix.Mount("ckroom", base, "tmpfs", 0, "size=8m"); err != nil {
+		t.Skipf("tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(base, unix.MNT_DETACH) })
+	t.Setenv("AIRLOCK_CHANGES_DIR", filepath.Join(base, "changes"))
+	ws := t.TempDir()
+	r := create(t, "00000000000000c3", ws)
+	write(t, filepath.Join(r.Upper(), "small"), "s\n")
+	c := &counter{}
+	if _, err := r.TakeCheckpoint("", false, c.pause, c.resume); err != nil {
+		t.Fatalf("small checkpoint: %v", err)
+	}
+	big := make([]byte, 5<<20)
+	for i := range big {
+		big[i] = byte(i)
+	}
+	if err := os.WriteFile(filepath.Join(r.Upper(), "big"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.TakeCheckpoint("", false, c.pause, c.resume)
+	if !errors.Is(err, ErrNoRoom) || c.paused || c.pauses != c.resumes {
+		t.Errorf("big checkpoint: %v (paused %v)", err, c.paused)
+	}
+	ents, _ := os.ReadDir(r.CheckpointsDir())
+	if len(ents) != 1 {
+		t.Errorf("checkpoints directory holds %d entries, want 1", len(ents))
+	}
+}
