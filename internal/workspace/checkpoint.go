@@ -214,9 +214,10 @@ func (r *Run) TakeCheckpoint(name string, auto bool, pause, resume func() error)
 		copyErr = ErrUnchanged
 	case auto && len(cps) == 0 && entries == 0:
 		copyErr = ErrUnchanged // nothing changed yet
-	case roomFor(dir, need) != nil:
-		copyErr = roomFor(dir, need)
 	default:
+		copyErr = roomFor(dir, need)
+	}
+	if copyErr == nil {
 		cp.State = state
 		c := &copier{}
 		copyErr = c.tree(r.Upper(), dst)
@@ -346,7 +347,7 @@ func (c *copier) dir(s, d int) error {
 	for _, name := range names {
 		var st unix.Stat_t
 		if err := unix.Fstatat(s, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%q: %w", name, err)
 		}
 		c.entries++
 		switch st.Mode & unix.S_IFMT {
@@ -370,38 +371,38 @@ func (c *copier) dir(s, d int) error {
 			unix.Close(cs)
 			unix.Close(cd)
 			if err != nil {
-				return fmt.Errorf("%s/%w", name, err)
+				return fmt.Errorf("%q/%w", name, err)
 			}
 			continue
 		case unix.S_IFREG:
 			if err := c.file(s, d, name, &st); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
+				return fmt.Errorf("%q: %w", name, err)
 			}
 			continue
 		case unix.S_IFLNK:
 			target, err := readlinkat(s, name)
 			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
+				return fmt.Errorf("%q: %w", name, err)
 			}
 			if err := unix.Symlinkat(target, d, name); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
+				return fmt.Errorf("%q: %w", name, err)
 			}
 		case unix.S_IFCHR:
 			if st.Rdev != 0 {
 				continue
 			}
 			if err := unix.Mknodat(d, name, unix.S_IFCHR|0o600, 0); err != nil {
-				return fmt.Errorf("%s (a whiteout): %w", name, err)
+				return fmt.Errorf("%q (a whiteout): %w", name, err)
 			}
 		case unix.S_IFIFO, unix.S_IFSOCK:
 			if err := unix.Mknodat(d, name, st.Mode&unix.S_IFMT|0o600, 0); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
+				return fmt.Errorf("%q: %w", name, err)
 			}
 		default:
 			continue
 		}
 		if err := c.attrs(s, d, name, name, &st); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%q: %w", name, err)
 		}
 	}
 	return nil
