@@ -7,10 +7,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -522,6 +524,55 @@ func TestCheckpointNoFreezer(t *testing.T) {
 		t.Fatalf("run exit %d\n%s", code, b.stderr)
 	}
 	if runs := reviewRuns(t, o); len(runs) != 1 || len(runs[0].Checkpoints) != 0 || !runs[0].Pending {
+		t.Errorf("review: %+v", runs)
+	}
+}
+
+// The control socket answers its own uid (and root) only. The run's
+// directory (0700) already keeps others away; here it is opened up on
+// purpose so that the socket's own check is what refuses uid 65534, next
+// to root's request that succeeds.
+func TestCheckpointPeerUID(t *testing.T) {
+	needRoot(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3 for the other uid's client")
+	}
+	o := opts{}
+	dir := changesEnv(t, &o)
+	ws := t.TempDir()
+	g := newFifoGate(t)
+	b := start(t, o, "run", "-v", "--review", "--workspace", ws, "--ro", g.dir, "--", "/bin/sh", "-c", "echo x > f && echo written && read x < "+g.path)
+	id := b.stderr.waitFor(t, sandboxIDRE, runTimeout)[1]
+	b.stdout.waitFor(t, writtenRE, runTimeout)
+	sock := filepath.Join(dir, id, "ctl.sock")
+	for _, p := range []string{filepath.Dir(filepath.Dir(dir)), filepath.Dir(dir), dir, filepath.Join(dir, id)} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	client := `import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(30)
+s.connect(sys.argv[1])
+s.sendall(b'{"name":"other"}\n')
+print(s.makefile().readline().strip())`
+	cmd := exec.Command("/usr/bin/python3", "-c", client, sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobodyID, Gid: nobodyID}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "uid 65534 may not checkpoint") {
+		t.Errorf("uid 65534's request: %v\n%s", err, out)
+	}
+	r := airlock(t, o, "checkpoint", id, "--name", "root")
+	mustOK(t, r, "root's checkpoint")
+	g.open(t)
+	if code := b.wait(t, runTimeout); code != 0 {
+		t.Fatalf("run exit %d\n%s", code, b.stderr)
+	}
+	runs := reviewRuns(t, o)
+	if len(runs) != 1 || len(runs[0].Checkpoints) != 1 || runs[0].Checkpoints[0].Name != "root" {
 		t.Errorf("review: %+v", runs)
 	}
 }
