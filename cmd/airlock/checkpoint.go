@@ -321,11 +321,14 @@ func checkpointRun(stdout, stderr io.Writer, arg, name string, asJSON bool) erro
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Minute))
 	b, _ := json.Marshal(ckRequest{Name: name})
-	if _, err := c.Write(append(b, '\n')); err != nil {
-		return fail(fmt.Errorf("run %s: %v", l.ID, err))
-	}
+	// A refusal may come before the request is read: its answer is
+	// read even when the request could not be sent whole.
+	_, werr := c.Write(append(b, '\n'))
 	line, err := bufio.NewReader(io.LimitReader(c, 1<<20)).ReadBytes('\n')
 	if err != nil {
+		if werr != nil {
+			return fail(fmt.Errorf("run %s: %v", l.ID, werr))
+		}
 		return fail(fmt.Errorf("run %s ended before answering (%v)", l.ID, err))
 	}
 	var a ckAnswer

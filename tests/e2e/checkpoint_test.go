@@ -560,7 +560,10 @@ func TestCheckpointPeerUID(t *testing.T) {
 s = socket.socket(socket.AF_UNIX)
 s.settimeout(30)
 s.connect(sys.argv[1])
-s.sendall(b'{"name":"other"}\n')
+try:
+    s.sendall(b'{"name":"other"}\n')
+except OSError:
+    pass  # refused before the request was read: the answer is there
 print(s.makefile().readline().strip())`
 	cmd := exec.Command("/usr/bin/python3", "-c", client, sock)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobodyID, Gid: nobodyID}}
