@@ -57,6 +57,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newRunCmd(), newDoctorCmd(), newCreateCmd(), newLsCmd(), newExecCmd(), newCpCmd(), newLogsCmd(), newPauseCmd(), newResumeCmd(), newRmCmd(), newNetCmd(), newEventsCmd(), newKeysCmd(), newPortCmd(), newReviewCmd())
+	root.AddCommand(newCheckpointCmd())
 	root.AddCommand(newPolicyCmd())
 	root.AddCommand(newServeCmd())
 	root.AddCommand(newMCPCmd())

@@ -85,6 +85,12 @@ func finishRun(w io.Writer, run *workspace.Run, cmdErr error, f *runFlags, ask *
 		case "apply":
 		default:
 			fmt.Fprintf(w, "airlock: changes kept pending in %s:\n  airlock review diff %s\n  airlock review apply %s\n  airlock review discard %s\n", run.Dir, run.ID, run.ID, run.ID)
+			if cps, _ := run.Checkpoints(); len(cps) > 0 {
+				fmt.Fprintf(w, "airlock: %d checkpoints (airlock review diff|apply %s --checkpoint C):\n", len(cps), run.ID)
+				for _, c := range cps {
+					fmt.Fprintf(w, "  %s\n", describeCheckpoint(c))
+				}
+			}
 			return cmdErr
 		}
 	}
@@ -315,21 +321,26 @@ has them) and "airlock review discard ID" throws its changes away.
 run's apply, completed or interrupted (entries changed on the host since
 are left as they are). Instead of an ID, the commands take the workspace
 directory: the one pending (for rollback: applied) run whose workspace it
-is; with several, they are listed and nothing is done.`,
+is; with several, they are listed and nothing is done. A run's checkpoints
+(airlock checkpoint, airlock run --checkpoint-every) are listed under it;
+"airlock review diff|apply ID --checkpoint C" shows or applies the
+workspace as of checkpoint C.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return reviewList(cmd.OutOrStdout(), cmd.ErrOrStderr(), asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the runs as JSON")
+	var applyCheckpoint string
 	apply := &cobra.Command{
 		Use:   "apply ID|DIR",
 		Short: "Apply a pending run's changes to its workspace",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return reviewApply(cmd.ErrOrStderr(), args[0])
+			return reviewApply(cmd.ErrOrStderr(), args[0], applyCheckpoint)
 		},
 	}
+	apply.Flags().StringVar(&applyCheckpoint, "checkpoint", "", "apply the workspace as of this checkpoint (id or name) instead of the last state; the run's other states are dropped")
 	discard := &cobra.Command{
 		Use:   "discard ID|DIR",
 		Short: "Throw a run's changes away (and what it kept aside)",
@@ -349,15 +360,24 @@ is; with several, they are listed and nothing is done.`,
 		},
 	}
 	var diffJSON bool
+	var diffCheckpoint string
 	diff := &cobra.Command{
 		Use:   "diff ID|DIR",
 		Short: "Show a pending run's changes: a list and a unified diff of text files",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stderr := cmd.ErrOrStderr()
-			run, err := openPending(stderr, args[0])
+			run, err := openRunArg(args[0], "pending", func(l workspace.Listed) bool { return l.Pending })
+			if errors.Is(err, workspace.ErrBusy) && diffCheckpoint != "" {
+				// A checkpoint of a run still going can be looked at.
+				var l *workspace.Listed
+				if l, err = runningRun(args[0]); err == nil {
+					run, err = workspace.Peek(l.ID)
+				}
+			}
 			if err != nil {
-				return err
+				fmt.Fprintf(stderr, "airlock: %v\n", err)
+				return exitError{1}
 			}
 			defer run.Close()
 			if !run.Pending() {
@@ -368,7 +388,14 @@ is; with several, they are listed and nothing is done.`,
 				fmt.Fprintf(stderr, "airlock: %v\n", err)
 				return exitError{1}
 			}
-			changes, err := run.Changes(true)
+			var cp *workspace.Checkpoint
+			if diffCheckpoint != "" {
+				if cp, err = run.FindCheckpoint(diffCheckpoint); err != nil {
+					fmt.Fprintf(stderr, "airlock: %v\n", err)
+					return exitError{1}
+				}
+			}
+			changes, err := run.ChangesAt(checkpointID(cp), true)
 			if err != nil {
 				fmt.Fprintf(stderr, "airlock: %v\n", err)
 				return exitError{1}
@@ -381,11 +408,15 @@ is; with several, they are listed and nothing is done.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "%s\n", b)
 				return nil
 			}
+			if cp != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "airlock: as of checkpoint %s\n", describeCheckpoint(*cp))
+			}
 			printChanges(cmd.OutOrStdout(), run, changes)
 			return nil
 		},
 	}
 	diff.Flags().BoolVar(&diffJSON, "json", false, "print the changes as JSON")
+	diff.Flags().StringVar(&diffCheckpoint, "checkpoint", "", "the workspace as of this checkpoint (id or name) instead of the last state")
 	rollback := &cobra.Command{
 		Use:   "rollback ID|DIR",
 		Short: "Put the workspace back as it was before a run's apply (completed or interrupted)",
@@ -571,11 +602,38 @@ func reviewList(stdout, stderr io.Writer, asJSON bool) error {
 			extra = fmt.Sprintf("  (kept %d, conflicts %d: %s)", l.Kept, l.Conflicts, l.Dir)
 		}
 		fmt.Fprintf(stdout, "%-16s  %-8s  %-20s  %s%s\n", l.ID, state, l.Started.Local().Format("2006-01-02 15:04:05"), quoteName(l.Workspace), extra)
+		for _, c := range l.Checkpoints {
+			fmt.Fprintf(stdout, "  checkpoint %s\n", describeCheckpoint(c))
+		}
 	}
 	return nil
 }
 
-func reviewApply(stderr io.Writer, arg string) error {
+// describeCheckpoint is one line about a checkpoint: id (name), time,
+// number of changes.
+func describeCheckpoint(c workspace.Checkpoint) string {
+	auto := ""
+	if c.Auto {
+		auto = ", automatic"
+	}
+	return fmt.Sprintf("%s  %s  %d changes%s", checkpointLabel(c), c.Time.Local().Format("2006-01-02 15:04:05.000"), c.Changes, auto)
+}
+
+func retryFlag(c *workspace.Checkpoint) string {
+	if c == nil {
+		return ""
+	}
+	return " --checkpoint " + c.ID
+}
+
+func checkpointID(c *workspace.Checkpoint) string {
+	if c == nil {
+		return ""
+	}
+	return c.ID
+}
+
+func reviewApply(stderr io.Writer, arg, checkpoint string) error {
 	run, err := openPending(stderr, arg)
 	if err != nil {
 		return err
@@ -588,6 +646,13 @@ func reviewApply(stderr io.Writer, arg string) error {
 	if err := workspaceThere(run); err != nil {
 		fmt.Fprintf(stderr, "airlock: %v\n", err)
 		return exitError{1}
+	}
+	var cp *workspace.Checkpoint
+	if checkpoint != "" {
+		if cp, err = run.FindCheckpoint(checkpoint); err != nil {
+			fmt.Fprintf(stderr, "airlock: %v\n", err)
+			return exitError{1}
+		}
 	}
 	// The sandbox of a killed airlock is ended by its reaper; apply only
 	// once nothing of it can still write to the upper layer.
@@ -603,7 +668,7 @@ func reviewApply(stderr io.Writer, arg string) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	rep, err := run.Apply()
+	rep, err := run.ApplyAt(checkpointID(cp))
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock: %v\n", err)
 		return exitError{1}
@@ -611,12 +676,15 @@ func reviewApply(stderr io.Writer, arg string) error {
 	if len(rep.Errors) == 0 {
 		err = run.Finish(rep)
 	}
+	if cp != nil {
+		fmt.Fprintf(stderr, "airlock: run %s: the workspace as of checkpoint %s\n", run.ID, checkpointLabel(*cp))
+	}
 	printReport(stderr, run, rep, true)
 	if err != nil || len(rep.Errors) > 0 {
 		if err != nil {
 			fmt.Fprintf(stderr, "airlock: %v\n", err)
 		}
-		fmt.Fprintf(stderr, "airlock: not every change was applied; the rest stay in %s (retry: airlock review apply %s)\n", run.Dir, run.ID)
+		fmt.Fprintf(stderr, "airlock: not every change was applied; the rest stay in %s (retry: airlock review apply %s%s)\n", run.Dir, run.ID, retryFlag(cp))
 		return exitError{1}
 	}
 	return nil

@@ -49,6 +49,7 @@ type runFlags struct {
 	workspaceMode                              string
 	review, reviewApply, reviewDiscard         bool
 	record                                     string
+	checkpointEvery                            time.Duration
 }
 
 func newRunCmd() *cobra.Command {
@@ -73,6 +74,7 @@ environment is passed unless asked for.`,
 	fl.BoolVar(&f.review, "review", false, "with --workspace: apply nothing when the command ends; show the changes (a list and a diff on stderr) and ask, or keep them pending for airlock review")
 	fl.BoolVar(&f.reviewApply, "apply", false, "with --review: apply the changes after showing them")
 	fl.BoolVar(&f.reviewDiscard, "discard", false, "with --review: discard the changes after showing them")
+	fl.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "with the workspace overlay: take a checkpoint of the workspace's changes every DURATION (at least 100ms; skipped when nothing changed), for airlock review diff|apply ID --checkpoint C (see also airlock checkpoint)")
 	fl.StringVar(&f.runtime, "runtime", "", "isolation backend: native (default) or gvisor (gVisor's runsc; see airlock doctor)")
 	fl.StringVarP(&f.policyFile, "policy", "p", "", "policy file (YAML); flags override it")
 	fl.StringVar(&f.image, "image", "", "root filesystem directory (default: the host's system directories, read-only)")
@@ -353,6 +355,16 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 	if err != nil {
 		return fail(exitSetup, "%v", err)
 	}
+	if f.checkpointEvery != 0 {
+		switch {
+		case f.checkpointEvery < minCheckpointEvery:
+			return fail(exitSetup, "--checkpoint-every %s: want at least %s (each checkpoint pauses the sandbox)", f.checkpointEvery, minCheckpointEvery)
+		case p.Workspace == "" || mode == policy.WorkspaceLive || p.Runtime == policy.RuntimeGVisor:
+			return fail(exitSetup, "--checkpoint-every needs the workspace overlay: --workspace DIR, native runtime, not --workspace-mode live")
+		case insecure.NoCgroups:
+			return fail(exitSetup, "--checkpoint-every pauses the sandbox with its cgroup freezer: it cannot go with --insecure-no-cgroups")
+		}
+	}
 	switch mode {
 	case policy.WorkspaceApply, policy.WorkspaceReview:
 		if p.Workspace == "" {
@@ -488,6 +500,9 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		defer func() {
 			sb.Destroy(ctx)
 			rec.Stop()
+			if wsRun != nil {
+				recordFiles(rec, wsRun, sb.ID())
+			}
 			end := &record.Event{Type: record.TypeEnd, Time: time.Now().UTC(), Sandbox: sb.ID()}
 			var ee exitError
 			code := 0
@@ -525,6 +540,15 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 	}
 	if f.verbose {
 		report(stderr, sb.Info(), insecure, created)
+	}
+	var ck *ckServer
+	if wsRun != nil {
+		// Checkpoints are taken while the command runs, never after:
+		// ck.close() comes before every Destroy below.
+		if ck, err = startCheckpoints(wsRun, sb, rec, f.checkpointEvery, stderr); err != nil {
+			return fail(exitSetup, "%v", err)
+		}
+		defer ck.close()
 	}
 
 	req := &runtime.ExecRequest{Argv: argv, Env: env, Dir: "/workspace", TTY: tty}
@@ -627,6 +651,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 			if rec != nil {
 				rec.Sample() // the last sample, before the cgroup goes
 			}
+			ck.close()
 			t1 := time.Now()
 			sb.Destroy(ctx)
 			if f.verbose {
@@ -635,6 +660,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 			waitCopies(&copies)
 			return exitCode(st)
 		case <-timeout:
+			ck.close()
 			sb.Kill()
 			sb.Destroy(ctx)
 			waitCopies(&copies)
@@ -651,6 +677,37 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 			}
 			proc.Signal(sig)
 		}
+	}
+}
+
+// recordFiles writes a file event for each change the command made to
+// the workspace, read from the upper layer (the sandbox is gone).
+func recordFiles(rec *record.Recorder, run *workspace.Run, id string) {
+	changes, err := run.FileChanges()
+	now := time.Now().UTC()
+	for _, c := range changes {
+		e := &record.Event{Type: record.TypeFile, Time: now, Sandbox: id, Path: c.Path, Kind: c.Kind, FileType: c.Type, Mode: c.NewMode, Target: c.NewTarget, Protected: c.Protected}
+		switch c.Kind {
+		case "deleted":
+			e.Mode = c.OldMode
+			if c.Type == "file" {
+				size := c.OldSize
+				e.Size = &size
+			}
+		case "modified", "mode":
+			e.OldMode = c.OldMode
+		}
+		if c.Type == "file" && c.Kind != "deleted" {
+			size := c.Size
+			e.Size = &size
+		}
+		if c.Kind == "mode" && e.OldMode == e.Mode {
+			e.OldMode = ""
+		}
+		rec.Write(e)
+	}
+	if err != nil {
+		rec.Write(&record.Event{Type: record.TypeLoss, Time: now, Sandbox: id, Reason: "file changes: " + err.Error()})
 	}
 }
 

@@ -23,6 +23,11 @@ const (
 	TypeUsage = "usage"
 	TypeLoss  = "loss"
 	TypeEnd   = "end"
+	// TypeFile: one change to the workspace, read from the overlay's
+	// upper layer when the command ends.
+	TypeFile = "file"
+	// TypeCheckpoint: a checkpoint of the workspace was taken.
+	TypeCheckpoint = "checkpoint"
 )
 
 // Exec results.
@@ -86,6 +91,27 @@ type Event struct {
 
 	// loss
 	Reason string `json:"reason,omitempty"`
+
+	// file (Path is the path in the workspace; a directory's ends in /):
+	// Kind is added, modified, deleted, mode, symlink or type (a file
+	// became a directory, ...); FileType file, dir, symlink or special;
+	// Size and Mode are the new entry's (the old one's for deleted),
+	// OldMode the host's for mode and modified; Target a link's target;
+	// Protected a change at a protected path (never applied).
+	Kind      string `json:"kind,omitempty"`
+	FileType  string `json:"file_type,omitempty"`
+	Size      *int64 `json:"size,omitempty"`
+	Mode      string `json:"mode,omitempty"`
+	OldMode   string `json:"old_mode,omitempty"`
+	Target    string `json:"target,omitempty"`
+	Protected bool   `json:"protected,omitempty"`
+
+	// checkpoint: its id and name, how many changes its state makes, and
+	// whether --checkpoint-every took it.
+	Checkpoint string `json:"checkpoint,omitempty"`
+	Name       string `json:"name,omitempty"`
+	Changes    *int   `json:"changes,omitempty"`
+	Auto       bool   `json:"auto,omitempty"`
 }
 
 // SchemaVersion is written in the start event.

@@ -36,8 +36,20 @@ var xattrPrefixes = []string{"user.overlay.", "trusted.overlay."}
 // where the first stopped. It returns an error only when it could not start
 // (the workspace is gone or was replaced); a failure on one entry is in
 // Report.Errors.
-func (r *Run) Apply() (rep *Report, retErr error) {
-	up, err := unix.Open(r.Upper(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+func (r *Run) Apply() (rep *Report, retErr error) { return r.ApplyAt("") }
+
+// ApplyAt is Apply of the state as of checkpoint cp ("": the last state).
+// The run remembers which state it applies: an interrupted apply resumes
+// only with the same one.
+func (r *Run) ApplyAt(cp string) (rep *Report, retErr error) {
+	upper, err := r.stateUpper(cp)
+	if err != nil {
+		return nil, err
+	}
+	if r.ApplyingCheckpoint != cp && r.HasJournal() {
+		return nil, fmt.Errorf("run %s: an apply of %s was interrupted; resume it (airlock review apply %s%s) or roll it back (airlock review rollback %s); nothing applied", r.ID, stateName(r.ApplyingCheckpoint), r.ID, checkpointFlag(r.ApplyingCheckpoint), r.ID)
+	}
+	up, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: upper layer: %w", r.ID, err)
 	}
@@ -53,6 +65,14 @@ func (r *Run) Apply() (rep *Report, retErr error) {
 	}
 	if uint64(st.Dev) != r.Dev || st.Ino != r.Ino {
 		return nil, fmt.Errorf("workspace %s is not the directory the run started with (it was replaced); nothing applied", r.Workspace)
+	}
+	if r.ApplyingCheckpoint != cp {
+		// Named before anything is applied: a resumed apply brings the
+		// same state.
+		r.ApplyingCheckpoint = cp
+		if err := r.save(); err != nil {
+			return nil, fmt.Errorf("run %s: %w; nothing applied", r.ID, err)
+		}
 	}
 	j, err := r.openJournal()
 	if err != nil {

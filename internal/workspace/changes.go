@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
@@ -32,13 +33,33 @@ type Change struct {
 	// Binary: not shown as a diff (not UTF-8, has a NUL, or over 1 MiB).
 	Binary bool   `json:"binary,omitempty"`
 	Diff   string `json:"diff,omitempty"`
+	// Protected: a protected path (FileChanges only; Changes lists it as
+	// kind kept).
+	Protected bool `json:"protected,omitempty"`
 }
 
 // Changes lists what applying the run would change, with unified diffs
 // of text files when diff is set. It reads the host directory without
 // following a link, and changes nothing.
-func (r *Run) Changes(diff bool) ([]Change, error) {
-	up, err := unix.Open(r.Upper(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+func (r *Run) Changes(diff bool) ([]Change, error) { return r.ChangesAt("", diff) }
+
+// ChangesAt is Changes of the state as of checkpoint cp ("": the last
+// state, the upper layer itself).
+func (r *Run) ChangesAt(cp string, diff bool) ([]Change, error) {
+	upper, err := r.stateUpper(cp)
+	if err != nil {
+		return nil, err
+	}
+	return r.list(upper, diff, false)
+}
+
+// FileChanges lists the upper layer's changes for the activity record:
+// as Changes without diffs, except that a change at a protected path has
+// its real kind and Protected set instead of kind kept.
+func (r *Run) FileChanges() ([]Change, error) { return r.list(r.Upper(), false, true) }
+
+func (r *Run) list(upper string, diff, full bool) ([]Change, error) {
+	up, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: upper layer: %w", r.ID, err)
 	}
@@ -48,14 +69,21 @@ func (r *Run) Changes(diff bool) ([]Change, error) {
 		return nil, fmt.Errorf("workspace %s: %w", r.Workspace, err)
 	}
 	defer unix.Close(host)
-	c := &lister{a: &applier{run: r}, diff: diff}
+	c := &lister{a: &applier{run: r}, diff: diff, full: full}
 	c.dir(up, host, "")
+	if full {
+		for i := range c.out {
+			p := strings.TrimSuffix(c.out[i].Path, "/")
+			c.out[i].Protected = c.a.protectedAt(p) || (c.out[i].Type != "dir" && c.a.aboveProtected(p))
+		}
+	}
 	return c.out, c.err
 }
 
 type lister struct {
 	a    *applier
 	diff bool
+	full bool // protected paths listed as what they are, not as kept
 	out  []Change
 	err  error
 }
@@ -93,7 +121,7 @@ func (c *lister) dir(up, host int, rel string) {
 		whiteout := typ == unix.S_IFCHR && ust.Rdev == 0
 		var hst unix.Stat_t
 		exists := host >= 0 && unix.Fstatat(host, name, &hst, unix.AT_SYMLINK_NOFOLLOW) == nil
-		if c.a.protectedAt(p) || (typ != unix.S_IFDIR && c.a.aboveProtected(p)) {
+		if !c.full && (c.a.protectedAt(p) || (typ != unix.S_IFDIR && c.a.aboveProtected(p))) {
 			ch := Change{Path: p, Kind: "kept", Type: typeName(ust.Mode)}
 			if whiteout {
 				ch.Type = "deletion"

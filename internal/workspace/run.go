@@ -53,6 +53,9 @@ type Meta struct {
 	// apply; the sandbox's versions are in rolledback/ (and what was not
 	// applied yet in layer/upper) until the run is discarded.
 	RolledBack bool `json:"rolled_back,omitempty"`
+	// ApplyingCheckpoint: the checkpoint whose state an apply brings (or
+	// brought) to the workspace; "" for the last state.
+	ApplyingCheckpoint string `json:"applying_checkpoint,omitempty"`
 }
 
 // Run is one run's directory: meta.json, lock, layer/{upper,work}, kept/,
@@ -222,6 +225,20 @@ func Open(id string) (*Run, error) {
 	return r, nil
 }
 
+// Peek opens the run id without its lock, to read its checkpoints while
+// its airlock still runs (a checkpoint, once listed, never changes until
+// the run ends).
+func Peek(id string) (*Run, error) {
+	if !isID(id) {
+		return nil, fmt.Errorf("run id %q: want 16 lowercase hex digits (see airlock review)", id)
+	}
+	root, err := Root()
+	if err != nil {
+		return nil, err
+	}
+	return load(filepath.Join(root, id))
+}
+
 // List returns every run under Root, oldest first; Busy marks those still
 // held by their airlock.
 func List() ([]Listed, error) {
@@ -249,6 +266,7 @@ func List() ([]Listed, error) {
 		r.Close()
 		l.Kept = countFiles(r.Kept())
 		l.Conflicts = countFiles(r.Conflicts())
+		l.Checkpoints, _ = r.Checkpoints()
 		out = append(out, l)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
@@ -265,6 +283,8 @@ type Listed struct {
 	Conflicts int    `json:"conflicts"`
 	// Undoable: airlock review rollback can undo what was applied.
 	Undoable bool `json:"rollback"`
+	// Checkpoints of the run, oldest first.
+	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
 }
 
 // PendingRuns lists the runs left pending by an airlock that is gone.
@@ -307,6 +327,10 @@ func (r *Run) Finish(rep *Report) error {
 		return err
 	}
 	if err := removeAll(r.Layer()); err != nil {
+		return err
+	}
+	// One state of the run was applied: the others go with the layer.
+	if err := removeAll(r.CheckpointsDir()); err != nil {
 		return err
 	}
 	r.pruneOlder()
