@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -19,10 +21,11 @@ import (
 // environment it needs.
 //
 // An explicit Runtime.Exe wins. Otherwise, when the airlock binary carries
-// the small init program (internal/initbin, `make build`), that program runs
-// from a sealed memfd made once per process: nothing on the host's
-// filesystem, nothing a sandbox could overwrite through /proc/1/exe
-// (F_SEAL_WRITE), and none of the daemon's dependencies initialising in every
+// the small init program (internal/initbin, `make build`), that program runs,
+// as root, from root's read-only copy of it (cachedInit), else from a sealed
+// memfd made once per process: nothing a sandbox could overwrite through
+// /proc/1/exe (F_SEAL_WRITE, or a file of host root's that nobody may
+// write), and none of the daemon's dependencies initialising in every
 // sandbox. Without it (a plain `go build`), airlock re-executes itself.
 func (r *Runtime) initProgram() (exe string, env []string) {
 	if r.Exe != "" {
@@ -42,6 +45,11 @@ var embeddedInit = sync.OnceValues(func() (*os.File, error) {
 	bin := initbin.Bin()
 	if len(bin) == 0 {
 		return nil, nil
+	}
+	if unix.Geteuid() == 0 {
+		if f, err := cachedInit(initCacheDir, initbin.BuildID, bin); err == nil {
+			return f, nil
+		}
 	}
 	flags := unix.MFD_CLOEXEC | unix.MFD_ALLOW_SEALING
 	fd, err := unix.MemfdCreate("airlock-init", flags|unix.MFD_EXEC)
@@ -71,6 +79,86 @@ var embeddedInit = sync.OnceValues(func() (*os.File, error) {
 	}
 	return f, nil
 })
+
+// initCacheDir holds, as root, one copy of each build's init program.
+const initCacheDir = "/run/airlock/init"
+
+// cachedInit returns the init program of build id from a file in dir
+// (made there once, from bin, if it is not yet): a run of `airlock run`
+// then starts its sandbox without first copying the 5 MB program into a
+// fresh memfd (about a tenth of its CPU time), and the pages of the program
+// are shared by every sandbox. dir and its parent must belong to root and
+// be writable by nobody else, and the file must belong to root, be
+// writable by nobody and have bin's size, or it is not used (the caller
+// falls back to a memfd). Nothing in a sandbox can write it: its users are
+// unprivileged on the host. Other builds' copies older than a minute are
+// removed.
+func cachedInit(dir, id string, bin []byte) (*os.File, error) {
+	if id == "" || strings.ContainsAny(id, "/.") {
+		return nil, errors.New("no build id")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		var st unix.Stat_t
+		if err := unix.Lstat(d, &st); err != nil {
+			return nil, err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o022 != 0 {
+			return nil, fmt.Errorf("%s: not a directory of root's that only root can write", d)
+		}
+	}
+	name := filepath.Join(dir, "airlock-init-"+id)
+	open := func() (*os.File, error) {
+		fd, err := unix.Open(name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != 0 || st.Mode&0o222 != 0 || st.Size != int64(len(bin)) {
+			unix.Close(fd)
+			return nil, fmt.Errorf("%s: not root's read-only copy of this build's init", name)
+		}
+		return os.NewFile(uintptr(fd), name), nil
+	}
+	if f, err := open(); err == nil || !errors.Is(err, os.ErrNotExist) {
+		return f, err
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp.Name())
+	err = copyFromExe(tmp, bin)
+	if err != nil {
+		_, err = tmp.WriteAt(bin, 0)
+	}
+	if err == nil {
+		err = tmp.Chmod(0o555)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if old, _ := filepath.Glob(filepath.Join(dir, "airlock-init-*")); len(old) > 0 {
+		for _, o := range old {
+			if st, err := os.Lstat(o); err == nil && o != name && time.Since(st.ModTime()) > time.Minute {
+				os.Remove(o)
+			}
+		}
+	}
+	return open()
+}
 
 // copyFromExe fills f with bin by copying it, inside the kernel, from the
 // part of this program's executable file that the embedded bytes are mapped
