@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 
@@ -108,10 +109,10 @@ type cpArg struct {
 }
 
 // remoteArg matches ID:PATH.
-var remoteArg = regexp.MustCompile(`^(sb-[0-9a-f]{16}):(.*)$`)
+var remoteArg = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(sb-[0-9a-f]{16}):(.*)$`) }) // compiled on first use, not at every start
 
 func parseCpArg(s string) cpArg {
-	if m := remoteArg.FindStringSubmatch(s); m != nil {
+	if m := remoteArg().FindStringSubmatch(s); m != nil {
 		return cpArg{remote: true, id: m[1], path: m[2]}
 	}
 	return cpArg{path: s}

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"regexp"
+	"sync"
 )
 
 // A caller's tenant travels in its request's context. The operator (the
@@ -31,10 +32,10 @@ func maySee(ctx context.Context, tenant string) bool {
 	return !limited || t == tenant
 }
 
-var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+var tenantRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`) }) // compiled on first use, not at every start
 
 // ValidTenant reports whether t is a well-formed tenant name.
-func ValidTenant(t string) bool { return tenantRE.MatchString(t) }
+func ValidTenant(t string) bool { return tenantRE().MatchString(t) }
 
 // poolTenant is the tenant a sandbox being created is recorded with: none
 // for a warm-pool member (it gets its caller's when it is handed out).

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -55,12 +56,14 @@ var ErrUnchanged = errors.New("nothing changed since the last checkpoint")
 // ErrCheckpointExists: a checkpoint of that name exists.
 var ErrCheckpointExists = errors.New("a checkpoint of that name exists")
 
-var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,63}$`)
+// nameRE is compiled on first use: every airlock command would otherwise
+// pay for it at start.
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,63}$`) })
 
 // CheckName checks a checkpoint name: a letter, then up to 63 letters,
 // digits, dots, dashes and underscores (never a number: ids are).
 func CheckName(name string) error {
-	if !nameRE.MatchString(name) {
+	if !nameRE().MatchString(name) {
 		return fmt.Errorf("checkpoint name %q: want a letter followed by up to 63 letters, digits, '.', '-' or '_'", name)
 	}
 	return nil
