@@ -15,8 +15,9 @@ import (
 )
 
 // TestInitProgramSealed: the sandbox's PID 1 runs the small init embedded
-// in airlock, from a sealed memfd that nothing (not even host root) can
-// write; the command inside still runs (the control).
+// in airlock, from root's read-only copy (as root) or a sealed memfd, that
+// nothing in a sandbox can write; the command inside still runs (the
+// control).
 func TestInitProgramSealed(t *testing.T) {
 	needRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
@@ -58,27 +59,42 @@ func TestInitProgramSealed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(exe, "/memfd:airlock-init") {
-		t.Fatalf("the sandbox's init runs %q, want the embedded init (memfd:airlock-init)", exe)
-	}
 	if f, err := os.OpenFile("/proc/"+initPid+"/exe", os.O_WRONLY, 0); err == nil {
 		f.Close()
 		t.Fatal("the init's program could be opened for writing")
 	}
-	// A running program refuses writers anyway (ETXTBSY): the seals are
-	// what keep it unwritable once it no longer runs, so read them.
+	// A running program refuses writers anyway (ETXTBSY): what keeps it
+	// unwritable once it no longer runs is, as root, that it is root's
+	// read-only copy in a directory only root can write; else the memfd's
+	// seals.
 	f, err := os.Open("/proc/" + initPid + "/exe")
 	if err != nil {
 		t.Fatalf("control: open the init's program for reading: %v", err)
 	}
 	defer f.Close()
-	seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0)
-	if err != nil {
-		t.Fatalf("F_GET_SEALS: %v", err)
+	if strings.HasPrefix(exe, "/memfd:airlock-init") {
+		seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0)
+		if err != nil {
+			t.Fatalf("F_GET_SEALS: %v", err)
+		}
+		want := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+		if seals&want != want {
+			t.Fatalf("the init's memfd has seals %#x, want %#x", seals, want)
+		}
+		return
 	}
-	want := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
-	if seals&want != want {
-		t.Fatalf("the init's memfd has seals %#x, want %#x", seals, want)
+	if filepath.Dir(exe) != "/run/airlock/init" || !strings.HasPrefix(filepath.Base(exe), "airlock-init-") {
+		t.Fatalf("the sandbox's init runs %q, want the embedded init (root's copy in /run/airlock/init, or memfd:airlock-init)", exe)
+	}
+	for _, p := range []string{"/run/airlock", "/run/airlock/init"} {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil || st.Uid != 0 || st.Mode&0o022 != 0 || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			t.Errorf("%s: uid %d mode %o (%v): want a directory of root's only root can write", p, st.Uid, st.Mode, err)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Uid != 0 || st.Mode&0o222 != 0 {
+		t.Errorf("the init's program: uid %d mode %o (%v): want root's, writable by nobody", st.Uid, st.Mode, err)
 	}
 }
 

@@ -48,8 +48,9 @@ time.sleep(60)
 	sawInit, sawUser, userThreads := false, false, 0
 	for _, pid := range pids {
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-		// The init runs the program embedded in airlock, from a memfd.
-		isInit := exe == airlockBin || strings.HasPrefix(exe, "/memfd:airlock-init ")
+		// The init runs the program embedded in airlock, from root's copy
+		// in /run/airlock/init (as root) or a memfd.
+		isInit := exe == airlockBin || strings.HasPrefix(exe, "/memfd:airlock-init ") || strings.HasPrefix(exe, "/run/airlock/init/airlock-init-")
 		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
 		if len(tasks) == 0 {
 			t.Errorf("pid %d: no tasks", pid)
