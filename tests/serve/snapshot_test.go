@@ -1,0 +1,367 @@
+//go:build linux
+
+package serve
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/testdaemon"
+)
+
+// snapDaemon starts a daemon whose workspaces are volumes (snapshots need
+// them), or skips.
+func snapDaemon(t *testing.T, extra string) *daemon {
+	t.Helper()
+	d := startDaemon(t, extra)
+	if strings.Contains(d.Logs(), "workspaces are tmpfs") {
+		t.Skip("this host cannot make loop volumes (see the daemon's warning); snapshots need them")
+	}
+	return d
+}
+
+// wsState lists every entry of /workspace: path, type, mode, size, link
+// target, and a digest of each file's bytes.
+func wsState(t *testing.T, c *client.Client, id string) string {
+	t.Helper()
+	res, err := c.Exec(ctxT(t), id, &api.ExecRequest{Argv: []string{"sh", "-c",
+		`cd /workspace && find . -mindepth 1 -printf '%p %y %m %s %l\n' | LC_ALL=C sort && find . -type f -exec sha256sum {} + | LC_ALL=C sort`}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("list /workspace: %v %+v", err, res)
+	}
+	return string(res.Stdout)
+}
+
+// changeSet turns a changes answer into "kind path" lines.
+func changeSet(ch *api.Changes) []string {
+	var out []string
+	for _, c := range ch.Changes {
+		out = append(out, c.Kind+" "+c.Path)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Snapshot, change (modify, delete, chmod, relink, add), list the changes,
+// restore: the workspace is byte-identical to the snapshot, the sandbox
+// keeps its id, and its processes were stopped. A name in use is a 409
+// next to a fresh name's 201; an unknown snapshot is a 404.
+func TestSnapshotRestore(t *testing.T) {
+	d := snapDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, &api.CreateSandboxRequest{Labels: map[string]string{"t": "restore"}})
+	d.sh(t, sb.ID, `cd /workspace && echo hello > a.txt && mkdir -p dir/sub && head -c 300000 /dev/urandom > dir/b.bin &&
+		echo x > x && chmod 600 x && ln -s a.txt link && echo keep > dir/sub/k`)
+	before := wsState(t, d.c, sb.ID)
+
+	// Since creation: everything is added.
+	ch, err := d.c.Changes(ctx, sb.ID, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"added a.txt", "added dir/", "added dir/b.bin", "added dir/sub/", "added dir/sub/k", "added link", "added x"}
+	if got := changeSet(ch); !reflect.DeepEqual(got, want) {
+		t.Errorf("changes since creation = %q, want %q", got, want)
+	}
+
+	sn, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "s1", Labels: map[string]string{"k": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sn.Name != "s1" || sn.SandboxID != sb.ID || sn.Processes || sn.Root || !sn.Workspace || sn.Size < 300000 || sn.Labels["k"] != "v" {
+		t.Errorf("snapshot = %+v", sn)
+	}
+	// The sandbox runs on after the snapshot (it was frozen, then thawed).
+	d.sh(t, sb.ID, "true")
+
+	_, err = d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "s1"})
+	wantCode(t, "snapshot name in use", err, http.StatusConflict)
+	if _, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "s2"}); err != nil {
+		t.Fatalf("control: a fresh name: %v", err)
+	}
+	_, err = d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "bad/name"})
+	wantCode(t, "bad snapshot name", err, http.StatusBadRequest)
+
+	// A process that must not survive the restore.
+	p, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sleep", "600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.sh(t, sb.ID, `cd /workspace && echo changed > a.txt && rm dir/b.bin && chmod 755 x && ln -sfn x link &&
+		echo new > new.txt && mkdir newdir && rm -r dir/sub`)
+	ch, err = d.c.Changes(ctx, sb.ID, "s1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"added new.txt", "added newdir/", "deleted dir/b.bin", "deleted dir/sub/", "mode x", "modified a.txt", "symlink link"}
+	if got := changeSet(ch); !reflect.DeepEqual(got, want) {
+		t.Errorf("changes since s1 = %q, want %q", got, want)
+	}
+	for _, c := range ch.Changes {
+		if c.Path == "a.txt" && !strings.Contains(c.Diff, "-hello") {
+			t.Errorf("a.txt: no diff: %+v", c)
+		}
+		if c.Path == "x" && (c.OldMode != "0600" || c.NewMode != "0755") {
+			t.Errorf("x: mode change %+v", c)
+		}
+	}
+
+	_, err = d.c.Restore(ctx, sb.ID, "no-such-snapshot")
+	wantCode(t, "restore of an unknown snapshot", err, http.StatusNotFound)
+	after, err := d.c.Restore(ctx, sb.ID, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.ID != sb.ID || after.State != api.StateRunning || after.Labels["t"] != "restore" {
+		t.Errorf("restored sandbox = %+v", after)
+	}
+	if got := wsState(t, d.c, sb.ID); got != before {
+		t.Errorf("after restore:\n%s\nwant (the snapshot's state):\n%s", got, before)
+	}
+	pr, err := d.c.WaitProcess(ctx, sb.ID, p.ID, 30*time.Second)
+	if err != nil || pr.State == api.ProcessRunning {
+		t.Errorf("the sandbox's process after restore: %+v %v (want it stopped)", pr, err)
+	}
+	ch, err = d.c.Changes(ctx, sb.ID, "", false)
+	if err != nil || len(ch.Changes) != 0 || ch.Since != sn.ID {
+		t.Errorf("changes after restore = %+v %v, want none since %s", ch, err, sn.ID)
+	}
+	_, err = d.c.GetSnapshot(ctx, "nope")
+	wantCode(t, "get unknown snapshot", err, http.StatusNotFound)
+	if g, err := d.c.GetSnapshot(ctx, sn.ID); err != nil || g.Name != "s1" {
+		t.Errorf("get by id: %+v %v", g, err)
+	}
+}
+
+// Fork 3: each fork starts with the parent's workspace, and a write in one
+// is seen by none of its siblings nor the parent (nor a parent's write by
+// the forks). A sandbox made from the snapshot has it too, and its changes
+// are counted from it.
+func TestSnapshotFork(t *testing.T) {
+	d := snapDaemon(t, "max_sandboxes: 6\n")
+	ctx := ctxT(t)
+	parent := d.create(t, nil)
+	d.sh(t, parent.ID, "echo base > /workspace/f && mkdir /workspace/d && echo 1 > /workspace/d/one")
+	res, err := d.c.Fork(ctx, parent.ID, &api.ForkRequest{Count: 3, Labels: map[string]string{"k": "fork"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Sandboxes) != 3 || res.Snapshot.Labels["airlock.fork"] != parent.ID {
+		t.Fatalf("fork = %+v", res)
+	}
+	for i, f := range res.Sandboxes {
+		if f.ID == parent.ID || f.Labels["airlock.fork.parent"] != parent.ID || f.Labels["k"] != "fork" {
+			t.Errorf("fork %d = %+v", i, f)
+		}
+		if got := d.sh(t, f.ID, "cat /workspace/f /workspace/d/one"); got != "base\n1\n" {
+			t.Errorf("fork %d sees %q", i, got)
+		}
+	}
+	f0, f1, f2 := res.Sandboxes[0].ID, res.Sandboxes[1].ID, res.Sandboxes[2].ID
+	d.sh(t, f0, "echo mine > /workspace/f && echo new > /workspace/only0")
+	d.sh(t, parent.ID, "echo parent > /workspace/d/one")
+	for _, id := range []string{f1, f2} {
+		if got := d.sh(t, id, "cat /workspace/f /workspace/d/one; ls /workspace"); got != "base\n1\nd\nf\n" {
+			t.Errorf("sibling %s sees %q", id, got)
+		}
+	}
+	if got := d.sh(t, parent.ID, "cat /workspace/f; ls /workspace"); got != "base\nd\nf\n" {
+		t.Errorf("parent sees %q", got)
+	}
+	ch, err := d.c.Changes(ctx, f0, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := changeSet(ch), []string{"added only0", "modified f"}; !reflect.DeepEqual(got, want) || ch.Since != res.Snapshot.ID {
+		t.Errorf("fork 0 changes = %q since %s, want %q since %s", got, ch.Since, want, res.Snapshot.ID)
+	}
+
+	// From the snapshot, by name.
+	sb, err := d.c.CreateSandbox(ctx, &api.CreateSandboxRequest{FromSnapshot: res.Snapshot.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.sh(t, sb.ID, "cat /workspace/f /workspace/d/one"); got != "base\n1\n" {
+		t.Errorf("from snapshot: %q", got)
+	}
+	_, err = d.c.CreateSandbox(ctx, &api.CreateSandboxRequest{FromSnapshot: "snap-0000000000000000"})
+	wantCode(t, "from an unknown snapshot", err, http.StatusNotFound)
+
+	// 5 live of 6: a fork of 2 is past admission, and makes nothing.
+	before, _ := d.c.AllSandboxes(ctx, client.ListOptions{})
+	snapsBefore, _ := d.c.ListSnapshots(ctx)
+	_, err = d.c.Fork(ctx, parent.ID, &api.ForkRequest{Count: 2})
+	wantCode(t, "fork past max_sandboxes", err, http.StatusTooManyRequests)
+	after, _ := d.c.AllSandboxes(ctx, client.ListOptions{})
+	snapsAfter, _ := d.c.ListSnapshots(ctx)
+	if len(after) != len(before) || len(snapsAfter.Snapshots) != len(snapsBefore.Snapshots) {
+		t.Errorf("a refused fork left %d sandboxes (was %d) and %d snapshots (was %d)", len(after), len(before), len(snapsAfter.Snapshots), len(snapsBefore.Snapshots))
+	}
+	// Control: a fork of 1 fits.
+	if r, err := d.c.Fork(ctx, parent.ID, &api.ForkRequest{Count: 1}); err != nil || len(r.Sandboxes) != 1 {
+		t.Fatalf("control fork of 1: %+v %v", r, err)
+	}
+	_, err = d.c.Fork(ctx, parent.ID, &api.ForkRequest{Count: 65})
+	wantCode(t, "fork of 65", err, http.StatusBadRequest)
+}
+
+// Snapshots survive a daemon restart (listed, usable), outlive their
+// sandbox, and are deleted with DELETE (files too).
+func TestSnapshotRestart(t *testing.T) {
+	d := snapDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	d.sh(t, sb.ID, "echo persisted > /workspace/p")
+	sn, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "keep"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	d.restart(syscall.SIGTERM)
+	ctx = ctxT(t)
+	l, err := d.c.ListSnapshots(ctx)
+	if err != nil || len(l.Snapshots) != 1 || l.Snapshots[0].ID != sn.ID || l.Used != sn.Size {
+		t.Fatalf("snapshots after restart: %+v %v", l, err)
+	}
+	nb, err := d.c.CreateSandbox(ctx, &api.CreateSandboxRequest{FromSnapshot: "keep"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.sh(t, nb.ID, "cat /workspace/p"); got != "persisted\n" {
+		t.Errorf("from the snapshot after restart: %q", got)
+	}
+	dir := filepath.Join(d.dir, "data", "snapshots", sn.ID)
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("snapshot files: %v", err)
+	}
+	if err := d.c.DeleteSnapshot(ctx, "keep"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("snapshot files after delete: %v", err)
+	}
+	_, err = d.c.GetSnapshot(ctx, sn.ID)
+	wantCode(t, "deleted snapshot", err, http.StatusNotFound)
+	// The sandbox made from it keeps its copy.
+	if got := d.sh(t, nb.ID, "cat /workspace/p"); got != "persisted\n" {
+		t.Errorf("after the snapshot's deletion: %q", got)
+	}
+}
+
+// snapshot_quota: a snapshot past it is a 409 while one within it works;
+// fork snapshots no live sandbox uses are collected to make room, named
+// ones never.
+func TestSnapshotQuota(t *testing.T) {
+	d := snapDaemon(t, "snapshot_quota: 1M\n")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	d.sh(t, sb.ID, "head -c 600000 /dev/urandom > /workspace/big")
+	if _, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "one"}); err != nil {
+		t.Fatalf("within the quota: %v", err)
+	}
+	_, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "two"})
+	wantCode(t, "past the quota", err, http.StatusConflict)
+	if err := d.c.DeleteSnapshot(ctx, "one"); err != nil {
+		t.Fatal(err)
+	}
+	// A fork's snapshot, then its sandbox gone: collected for a named one.
+	fr, err := d.c.Fork(ctx, sb.ID, &api.ForkRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "two"})
+	wantCode(t, "past the quota, the fork snapshot in use", err, http.StatusConflict)
+	if err := d.c.DeleteSandbox(ctx, fr.Sandboxes[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "two"}); err != nil {
+		t.Fatalf("with the unused fork snapshot collected: %v", err)
+	}
+	_, err = d.c.GetSnapshot(ctx, fr.Snapshot.ID)
+	wantCode(t, "the collected fork snapshot", err, http.StatusNotFound)
+}
+
+// Another tenant's snapshot is a 404 (get, restore, create from it) next
+// to the owner's success; a snapshot of another image cannot be restored
+// into a sandbox (400) next to a same-image restore.
+func TestSnapshotTenantsAndImages(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "img")
+	if err := os.MkdirAll(filepath.Join(img, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Dir(img), 0o755)
+	addr := testdaemon.FreeAddr(t)
+	d := snapDaemon(t, "listen: "+addr+"\nimages:\n  empty: "+img+"\n")
+	ctx := ctxT(t)
+	key := func(name, tenant string) *client.Client {
+		t.Helper()
+		k, err := d.c.CreateTenantKey(ctx, name, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := client.New("http://"+addr, k.Key)
+		return c
+	}
+	acme, globex := key("a", "acme"), key("g", "globex")
+	sa, err := acme.CreateSandbox(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sg, err := globex.CreateSandbox(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, err := acme.CreateSnapshot(ctx, sa.ID, &api.CreateSnapshotRequest{Name: "mine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = globex.GetSnapshot(ctx, sn.ID)
+	wantCode(t, "another tenant's snapshot", err, http.StatusNotFound)
+	_, err = globex.Restore(ctx, sg.ID, sn.ID)
+	wantCode(t, "restore from another tenant's snapshot", err, http.StatusNotFound)
+	_, err = globex.CreateSandbox(ctx, &api.CreateSandboxRequest{FromSnapshot: sn.ID})
+	wantCode(t, "create from another tenant's snapshot", err, http.StatusNotFound)
+	if l, err := globex.ListSnapshots(ctx); err != nil || len(l.Snapshots) != 0 {
+		t.Errorf("globex lists %+v %v", l, err)
+	}
+	_, err = globex.CreateSnapshot(ctx, sa.ID, nil)
+	wantCode(t, "snapshot of another tenant's sandbox", err, http.StatusNotFound)
+	// The same name in another tenant is its own.
+	if _, err := globex.CreateSnapshot(ctx, sg.ID, &api.CreateSnapshotRequest{Name: "mine"}); err != nil {
+		t.Errorf("globex's own \"mine\": %v", err)
+	}
+	if _, err := acme.GetSnapshot(ctx, "mine"); err != nil {
+		t.Errorf("control: the owner gets it: %v", err)
+	}
+	if _, err := acme.Restore(ctx, sa.ID, "mine"); err != nil {
+		t.Errorf("control: the owner restores it: %v", err)
+	}
+
+	// Another image.
+	si := d.create(t, &api.CreateSandboxRequest{Image: "empty"})
+	isn, err := d.c.CreateSnapshot(ctx, si.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := d.create(t, nil)
+	_, err = d.c.Restore(ctx, plain.ID, isn.ID)
+	wantCode(t, "restore of another image's snapshot", err, http.StatusBadRequest)
+	_, err = d.c.CreateSandbox(ctx, &api.CreateSandboxRequest{FromSnapshot: isn.ID, PolicyName: "default", Image: ""})
+	if err != nil {
+		t.Errorf("from_snapshot with no image takes the snapshot's: %v", err)
+	}
+	if _, err := d.c.Restore(ctx, si.ID, isn.ID); err != nil {
+		t.Errorf("control: same image: %v", err)
+	}
+}
