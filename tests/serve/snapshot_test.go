@@ -3,8 +3,10 @@
 package serve
 
 import (
+	"bytes"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -363,5 +365,68 @@ func TestSnapshotTenantsAndImages(t *testing.T) {
 	}
 	if _, err := d.c.Restore(ctx, si.ID, isn.ID); err != nil {
 		t.Errorf("control: same image: %v", err)
+	}
+}
+
+// The CLI: airlock snapshot, snapshots, diff, fork, restore; a bad input
+// is a one-line error and a non-zero status next to its working control.
+func TestSnapshotCLI(t *testing.T) {
+	d := snapDaemon(t, "")
+	run := func(args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(airlockBin, args...)
+		cmd.Env = append(os.Environ(), "AIRLOCK_HOST=unix://"+d.sock)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errb.String(), code
+	}
+	sb := d.create(t, nil)
+	d.sh(t, sb.ID, "printf 'one\\ntwo\\n' > /workspace/t.txt")
+	out, errs, code := run("snapshot", sb.ID, "--name", "cli1")
+	snapID := strings.TrimSpace(out)
+	if code != 0 || !strings.HasPrefix(snapID, "snap-") || !strings.Contains(errs, "processes not captured") {
+		t.Fatalf("snapshot: %q %q %d", out, errs, code)
+	}
+	_, errs, code = run("snapshot", sb.ID, "--name", "cli1")
+	if code == 0 || strings.Count(strings.TrimSpace(errs), "\n") != 0 || !strings.Contains(errs, "in use") {
+		t.Errorf("snapshot with a name in use: %q %d", errs, code)
+	}
+	if out, _, code := run("snapshots"); code != 0 || !strings.Contains(out, snapID) || !strings.Contains(out, "cli1") {
+		t.Errorf("snapshots: %q %d", out, code)
+	}
+	d.sh(t, sb.ID, "printf 'one\\nTWO\\n' > /workspace/t.txt")
+	out, errs, code = run("diff", sb.ID, "--since", "cli1")
+	if code != 0 || !strings.Contains(out, "modified t.txt") || !strings.Contains(out, "-two\n+TWO\n") {
+		t.Errorf("diff: %q %q %d", out, errs, code)
+	}
+	out, errs, code = run("fork", sb.ID, "-n", "2")
+	ids := strings.Fields(out)
+	if code != 0 || len(ids) != 2 {
+		t.Fatalf("fork: %q %q %d", out, errs, code)
+	}
+	if got := d.sh(t, ids[1], "cat /workspace/t.txt"); got != "one\nTWO\n" {
+		t.Errorf("fork's file: %q", got)
+	}
+	if _, errs, code := run("restore", sb.ID, "nope"); code == 0 || !strings.Contains(errs, "not found") {
+		t.Errorf("restore to an unknown snapshot: %q %d", errs, code)
+	}
+	if _, errs, code := run("restore", sb.ID, "cli1"); code != 0 {
+		t.Fatalf("restore: %q %d", errs, code)
+	}
+	if got := d.sh(t, sb.ID, "cat /workspace/t.txt"); got != "one\ntwo\n" {
+		t.Errorf("after restore: %q", got)
+	}
+	if _, errs, code := run("snapshots", "rm", "cli1", "nope"); code == 0 || !strings.Contains(errs, "nope") {
+		t.Errorf("snapshots rm with an unknown one: %q %d", errs, code)
+	}
+	if out, _, _ := run("snapshots"); strings.Contains(out, "cli1") {
+		t.Errorf("cli1 still listed after rm: %q", out)
 	}
 }
