@@ -307,9 +307,12 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 		return api.Snapshot{}, fmt.Errorf("snapshot: %w", err)
 	}
 	var stats workspace.CopyStats
+	var copySecs float64
 	err = frozen(ctx, rt, paused, func() error {
 		var err error
+		t0 := time.Now()
 		stats, err = workspace.CopyTree(ws, filepath.Join(dir, "workspace"))
+		copySecs = time.Since(t0).Seconds()
 		return err
 	})
 	if err != nil {
@@ -326,6 +329,7 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 	}
 	v := snapshotView(&rec)
 	v.Seconds = time.Since(start).Seconds()
+	m.log.Debug("snapshot", "sandbox", id, "snapshot", sid, "bytes", stats.Bytes, "entries", stats.Entries, "copy_s", copySecs, "total_s", v.Seconds)
 	return v, nil
 }
 
