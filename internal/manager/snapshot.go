@@ -55,7 +55,9 @@ const forkLabel = "airlock.fork"
 
 // snapshots is the manager's snapshot state.
 type snapshots struct {
-	mu sync.Mutex // one snapshot, restore or deletion at a time
+	// mu: one snapshot, restore or deletion at a time (Lock); copies out
+	// of a snapshot into new sandboxes share it (RLock).
+	mu sync.RWMutex
 }
 
 func newSnapID() string {
@@ -203,15 +205,6 @@ func (m *Manager) usedBytes(ctx context.Context) (int64, []*store.Snapshot, erro
 	return n, list, nil
 }
 
-// volumeUsed is the bytes a volume's files take.
-func volumeUsed(dir string) int64 {
-	var s unix.Statfs_t
-	if unix.Statfs(dir, &s) != nil {
-		return 0
-	}
-	return int64(s.Blocks-s.Bfree) * s.Bsize
-}
-
 // makeRoom checks that need more bytes fit in the snapshot quota,
 // removing fork snapshots no live sandbox came from, oldest first, when
 // they do not.
@@ -295,7 +288,9 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 	}
 	m.snaps.mu.Lock()
 	defer m.snaps.mu.Unlock()
-	if err := m.makeRoom(ctx, volumeUsed(ws)); err != nil {
+	// Refused at once when the quota is full already; the exact check is
+	// made once the copy's size is known.
+	if err := m.makeRoom(ctx, 0); err != nil {
 		return api.Snapshot{}, err
 	}
 	sid := newSnapID()
@@ -318,6 +313,10 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 	if err != nil {
 		os.RemoveAll(dir)
 		return api.Snapshot{}, fmt.Errorf("snapshot of %s: %w", id, err)
+	}
+	if err := m.makeRoom(ctx, stats.Bytes); err != nil {
+		os.RemoveAll(dir)
+		return api.Snapshot{}, err
 	}
 	sb.mu.Lock()
 	rec := store.Snapshot{ID: sid, Name: name, Tenant: tenant, SandboxID: sb.id, Image: sb.rec.Image, Spec: sb.spec.marshal(),
@@ -406,6 +405,11 @@ func (m *Manager) fillFromSnapshot(sb *Sandbox, sn *store.Snapshot) error {
 	if err := fitsVolume(ws, sn); err != nil {
 		return err
 	}
+	m.snaps.mu.RLock()
+	defer m.snaps.mu.RUnlock()
+	if _, err := m.st.GetSnapshot(context.Background(), "", sn.ID); err != nil {
+		return fmt.Errorf("from_snapshot %s: deleted meanwhile: %w", sn.ID, errdefs.ErrNotFound)
+	}
 	if _, err := workspace.CopyInto(m.snapTree(sn.ID), ws); err != nil {
 		return fmt.Errorf("from_snapshot %s: %w", sn.ID, err)
 	}
@@ -462,7 +466,7 @@ func (m *Manager) Fork(ctx context.Context, id string, req *api.ForkRequest) (ap
 	}
 	labels["airlock.fork.parent"] = id
 	base := api.CreateSandboxRequest{Image: spec.Image, PolicyName: spec.PolicyName, Policy: spec.Policy, Resources: spec.Resources,
-		Caches: spec.Caches, Record: spec.Record, Labels: labels, FromSnapshot: snap.ID}
+		Env: spec.Env, Caches: spec.Caches, Record: spec.Record, Labels: labels, FromSnapshot: snap.ID}
 	out := make([]api.Sandbox, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
