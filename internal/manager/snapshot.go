@@ -205,6 +205,45 @@ func (m *Manager) usedBytes(ctx context.Context) (int64, []*store.Snapshot, erro
 	return n, list, nil
 }
 
+// treeSize is the disk space a tree's entries take (allocated blocks;
+// 4 KiB for each entry that is not a regular file), never following a
+// link.
+func treeSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			n += st.Blocks * 512
+		} else {
+			n += 4096
+		}
+		return nil
+	})
+	return n, err
+}
+
+// snapshotReserve is kept free on the snapshots' filesystem.
+const snapshotReserve = 1 << 30
+
+// roomOnDisk refuses a copy of need bytes that would leave less than
+// snapshotReserve free where snapshots live.
+func roomOnDisk(dir string, need int64) error {
+	var s unix.Statfs_t
+	if err := unix.Statfs(dir, &s); err != nil {
+		return err
+	}
+	if free := int64(s.Bavail) * s.Bsize; free-need < snapshotReserve {
+		return fmt.Errorf("snapshot: %d bytes do not fit on the data disk (%d free, %d kept in reserve); delete snapshots or sandboxes: %w", need, free, int64(snapshotReserve), errdefs.ErrConflict)
+	}
+	return nil
+}
+
 // makeRoom checks that need more bytes fit in the snapshot quota,
 // removing fork snapshots no live sandbox came from, oldest first, when
 // they do not.
@@ -288,11 +327,6 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 	}
 	m.snaps.mu.Lock()
 	defer m.snaps.mu.Unlock()
-	// Refused at once when the quota is full already; the exact check is
-	// made once the copy's size is known.
-	if err := m.makeRoom(ctx, 0); err != nil {
-		return api.Snapshot{}, err
-	}
 	sid := newSnapID()
 	if name == "" {
 		name = sid
@@ -304,7 +338,18 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 	var stats workspace.CopyStats
 	var copySecs float64
 	err = frozen(ctx, rt, paused, func() error {
-		var err error
+		// What the copy will take, before it is made: hard links are
+		// copied once per name, so this can exceed the volume's size.
+		need, err := treeSize(ws)
+		if err != nil {
+			return err
+		}
+		if err := m.makeRoom(ctx, need); err != nil {
+			return err
+		}
+		if err := roomOnDisk(m.cfg.SnapshotDir, need); err != nil {
+			return err
+		}
 		t0 := time.Now()
 		stats, err = workspace.CopyTree(ws, filepath.Join(dir, "workspace"))
 		copySecs = time.Since(t0).Seconds()
@@ -314,9 +359,9 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 		os.RemoveAll(dir)
 		return api.Snapshot{}, fmt.Errorf("snapshot of %s: %w", id, err)
 	}
-	if err := m.makeRoom(ctx, stats.Bytes); err != nil {
-		os.RemoveAll(dir)
-		return api.Snapshot{}, err
+	// The size is what the copy holds on the data disk.
+	if n, err := treeSize(filepath.Join(dir, "workspace")); err == nil {
+		stats.Bytes = n
 	}
 	sb.mu.Lock()
 	rec := store.Snapshot{ID: sid, Name: name, Tenant: tenant, SandboxID: sb.id, Image: sb.rec.Image, Spec: sb.spec.marshal(),

@@ -292,6 +292,23 @@ func TestSnapshotQuota(t *testing.T) {
 	}
 	_, err = d.c.GetSnapshot(ctx, fr.Snapshot.ID)
 	wantCode(t, "the collected fork snapshot", err, http.StatusNotFound)
+
+	// Hard links are copied once per name: a 600 kB file with two more
+	// links needs 1.8 MB, refused before any copy, under a quota with
+	// room for one.
+	if err := d.c.DeleteSnapshot(ctx, "two"); err != nil {
+		t.Fatal(err)
+	}
+	d.sh(t, sb.ID, "ln /workspace/big /workspace/l1 && ln /workspace/big /workspace/l2")
+	_, err = d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "links"})
+	wantCode(t, "hard links past the quota", err, http.StatusConflict)
+	d.sh(t, sb.ID, "rm /workspace/l1 /workspace/l2")
+	if _, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "links"}); err != nil {
+		t.Errorf("control: one link: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(d.dir, "data", "snapshots")); len(ents) != 2 { // .empty and "links"
+		t.Errorf("snapshot directories left: %v", ents)
+	}
 }
 
 // Another tenant's snapshot is a 404 (get, restore, create from it) next
