@@ -230,8 +230,28 @@ func TestSnapshotRestart(t *testing.T) {
 	if err := d.c.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
+	// A sandbox that lives across the restart (re-adopted).
+	live := d.create(t, nil)
+	d.sh(t, live.ID, "echo v1 > /workspace/v")
+	liveSnap, err := d.c.CreateSnapshot(ctx, live.ID, &api.CreateSnapshotRequest{Name: "live-v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	d.restart(syscall.SIGTERM)
 	ctx = ctxT(t)
+	d.sh(t, live.ID, "echo v2 > /workspace/v")
+	if ch, err := d.c.Changes(ctx, live.ID, "live-v1", false); err != nil || len(changeSet(ch)) != 1 || changeSet(ch)[0] != "modified v" {
+		t.Errorf("changes of the re-adopted sandbox: %+v %v", ch, err)
+	}
+	if _, err := d.c.Restore(ctx, live.ID, liveSnap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.sh(t, live.ID, "cat /workspace/v"); got != "v1\n" {
+		t.Errorf("re-adopted sandbox after restore: %q", got)
+	}
+	if err := d.c.DeleteSnapshot(ctx, liveSnap.ID); err != nil {
+		t.Fatal(err)
+	}
 	l, err := d.c.ListSnapshots(ctx)
 	if err != nil || len(l.Snapshots) != 1 || l.Snapshots[0].ID != sn.ID || l.Used != sn.Size {
 		t.Fatalf("snapshots after restart: %+v %v", l, err)
