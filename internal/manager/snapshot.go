@@ -179,8 +179,8 @@ func frozen(ctx context.Context, rt runtime.Sandbox, paused bool, fn func() erro
 		return fn()
 	}
 	pr, ok := rt.(runtime.Pauser)
-	if !ok {
-		return fmt.Errorf("snapshot: the sandbox cannot be frozen: %w", errdefs.ErrNotSupported)
+	if !ok || len(rt.Info().CgroupPaths) == 0 {
+		return fmt.Errorf("the sandbox cannot be frozen (it has no cgroup: the daemon runs with cgroups off), so no consistent copy of its workspace can be made: %w", errdefs.ErrNotSupported)
 	}
 	if err := pr.Pause(ctx); err != nil {
 		return fmt.Errorf("freeze: %w", err)
