@@ -64,12 +64,16 @@ class SnapshotTest(Live):
             ch = self.c.sandbox_changes(sb.id, since=sn.id, diff=True)
             self.assertEqual(sorted((c.kind, c.path) for c in ch.changes), [("deleted", "d/"), ("modified", "a")])
             self.assertIn("+two", [c for c in ch.changes if c.path == "a"][0].diff)
+            self.assertEqual([c.path for c in sb.changes(since=sn.name).changes], [c.path for c in ch.changes])
+            kids = sb.fork(1)
+            self.made.extend(kids)
+            self.assertEqual(kids[0].exec("cat /workspace/a").text, "two\n")
             fr = self.c.fork_sandbox(sb.id, count=2)
             for f in fr.sandboxes:
                 self.made.append(airlock.Sandbox.get(f.id, client=self.c))
             self.assertEqual(len(fr.sandboxes), 2)
             self.assertEqual(self.c.exec(fr.sandboxes[0].id, "cat /workspace/a").text, "two\n")
-            self.assertEqual(self.c.restore_sandbox(sb.id, sn.id).id, sb.id)
+            self.assertEqual(sb.restore(sn.id).id, sb.id)
             self.assertEqual(sb.exec("cat /workspace/a; ls /workspace").text, "one\na\nd\n")
             with self.assertRaises(airlock.NotFound):
                 self.c.restore_sandbox(sb.id, "no-such-snapshot")

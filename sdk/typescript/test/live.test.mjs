@@ -359,6 +359,10 @@ test("snapshots: create, changes, fork, restore, delete; a name in use, an unkno
   await sb.exec(["sh", "-c", "echo two > /workspace/a && rmdir /workspace/d"]);
   const ch = await c.sandboxChanges(sb.id, { since: sn.id, diff: true });
   assert.deepEqual(ch.changes.map((x) => `${x.kind} ${x.path}`).sort(), ["deleted d/", "modified a"]);
+  assert.deepEqual((await sb.changes({ since: sn.name })).changes.map((x) => x.path).sort(), ["a", "d/"]);
+  const kids = await sb.fork(1);
+  t.after(async () => { for (const k of kids) await k.close(); });
+  assert.equal((await kids[0].exec(["cat", "/workspace/a"])).stdout.toString(), "two\n");
   const fr = await c.forkSandbox(sb.id, { count: 2 });
   t.after(async () => {
     for (const f of fr.sandboxes) await c.deleteSandbox(f.id).catch(() => {});
@@ -366,7 +370,8 @@ test("snapshots: create, changes, fork, restore, delete; a name in use, an unkno
   });
   assert.equal(fr.sandboxes.length, 2);
   assert.equal((await c.exec(fr.sandboxes[1].id, ["cat", "/workspace/a"])).stdout.toString(), "two\n");
-  assert.equal((await c.restoreSandbox(sb.id, sn.id)).id, sb.id);
+  await sb.restore(sn.id);
+  assert.equal(sb.id, sb.info.id);
   assert.equal((await sb.exec(["sh", "-c", "cat /workspace/a; ls /workspace"])).stdout.toString(), "one\na\nd\n");
   await assert.rejects(c.restoreSandbox(sb.id, "no-such-snapshot"), NotFoundError);
   await c.deleteSnapshot(sn.id);
