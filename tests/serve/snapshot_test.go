@@ -4,6 +4,7 @@ package serve
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -465,5 +466,53 @@ func TestSnapshotCLI(t *testing.T) {
 	}
 	if out, _, _ := run("snapshots"); strings.Contains(out, "cli1") {
 		t.Errorf("cli1 still listed after rm: %q", out)
+	}
+}
+
+// A snapshot larger than a sandbox's disk is refused (400) before its
+// workspace is touched, next to a restore that fits; a stopped sandbox
+// cannot be snapshotted (409); a daemon with in-memory workspaces makes
+// no snapshots (501, saying why).
+func TestSnapshotBadInput(t *testing.T) {
+	d := snapDaemon(t, "")
+	ctx := ctxT(t)
+	big := d.create(t, &api.CreateSandboxRequest{Resources: api.Resources{Disk: "96M"}})
+	d.sh(t, big.ID, "head -c 40000000 /dev/urandom > /workspace/blob")
+	sn, err := d.c.CreateSnapshot(ctx, big.ID, &api.CreateSnapshotRequest{Name: "big"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := d.create(t, &api.CreateSandboxRequest{Resources: api.Resources{Disk: "16M"}})
+	d.sh(t, small.ID, "echo mine > /workspace/mine")
+	_, err = d.c.Restore(ctx, small.ID, sn.ID)
+	wantCode(t, "restore of a snapshot larger than the disk", err, http.StatusBadRequest)
+	if got := d.sh(t, small.ID, "ls /workspace; cat /workspace/mine"); got != "mine\nmine\n" {
+		t.Errorf("the refused restore touched the workspace: %q", got)
+	}
+	_, err = d.c.CreateSandbox(ctx, &api.CreateSandboxRequest{FromSnapshot: "big", Resources: api.Resources{Disk: "16M"}})
+	wantCode(t, "create from a snapshot larger than the disk", err, http.StatusBadRequest)
+	if _, err := d.c.CreateSandbox(ctx, &api.CreateSandboxRequest{FromSnapshot: "big", Resources: api.Resources{Disk: "96M"}}); err != nil {
+		t.Errorf("control: a disk that fits: %v", err)
+	}
+	if err := d.c.DeleteSandbox(ctx, small.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.c.CreateSnapshot(ctx, small.ID, nil)
+	wantCode(t, "snapshot of a deleted sandbox", err, http.StatusNotFound)
+	_, err = d.c.Changes(ctx, big.ID, "nope", false)
+	wantCode(t, "changes since an unknown snapshot", err, http.StatusNotFound)
+
+	m := startDaemon(t, "disk_quota: tmpfs")
+	sb := m.create(t, nil)
+	_, err = m.c.CreateSnapshot(ctx, sb.ID, nil)
+	wantCode(t, "snapshot with tmpfs workspaces", err, http.StatusNotImplemented)
+	var e *client.Error
+	if errors.As(err, &e) && !strings.Contains(e.Message, "disk_quota: loop") {
+		t.Errorf("the 501 does not say what is needed: %q", e.Message)
+	}
+	_, err = m.c.Fork(ctx, sb.ID, nil)
+	wantCode(t, "fork with tmpfs workspaces", err, http.StatusNotImplemented)
+	if l, err := m.c.ListSnapshots(ctx); err != nil || len(l.Snapshots) != 0 {
+		t.Errorf("list with tmpfs workspaces: %+v %v", l, err)
 	}
 }
