@@ -646,6 +646,9 @@ type RestoreRequest struct {
 type Changes struct {
 	Since   string   `json:"since,omitempty"`
 	Changes []Change `json:"changes"`
+	// DiffsTruncated: the diffs stopped at 16 MiB in all; the changes
+	// past that point are listed without one.
+	DiffsTruncated bool `json:"diffs_truncated,omitempty"`
 }
 
 // Change is one changed path. Kind: added, modified, deleted, mode (only

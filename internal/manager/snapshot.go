@@ -43,6 +43,9 @@ import (
 // without a row (a daemon killed during a copy) or a row without a
 // directory is removed at start (initSnapshots).
 
+// maxDiffBytes bounds the diffs of one changes answer.
+const maxDiffBytes = 16 << 20
+
 // maxFork bounds one fork request.
 const maxFork = 64
 
@@ -701,10 +704,14 @@ func (m *Manager) Changes(ctx context.Context, id, since string, diff bool) (api
 		return api.Changes{}, fmt.Errorf("changes of %s: %w", id, err)
 	}
 	out := api.Changes{Since: since, Changes: make([]api.Change, 0, len(list))}
+	sort.Slice(list, func(i, j int) bool { return list[i].Path < list[j].Path })
+	var diffBytes int
 	for _, c := range list {
+		if diffBytes += len(c.Diff); diffBytes > maxDiffBytes {
+			c.Diff, out.DiffsTruncated = "", true
+		}
 		out.Changes = append(out.Changes, api.Change{Path: c.Path, Kind: c.Kind, Type: c.Type, OldMode: c.OldMode, NewMode: c.NewMode,
 			OldTarget: c.OldTarget, NewTarget: c.NewTarget, OldSize: c.OldSize, Size: c.Size, Binary: c.Binary, Diff: c.Diff})
 	}
-	sort.Slice(out.Changes, func(i, j int) bool { return out.Changes[i].Path < out.Changes[j].Path })
 	return out, nil
 }

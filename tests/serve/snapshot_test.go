@@ -516,3 +516,39 @@ func TestSnapshotBadInput(t *testing.T) {
 		t.Errorf("list with tmpfs workspaces: %+v %v", l, err)
 	}
 }
+
+// The diffs of one changes answer stop at 16 MiB (the rest listed without
+// one, and said so); below it (the control) every diff is there.
+func TestSnapshotDiffCap(t *testing.T) {
+	d := snapDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, &api.CreateSandboxRequest{Resources: api.Resources{Disk: "128M"}})
+	// 12 text files of 1000 lines of 999 bytes (about 1 MB each).
+	d.sh(t, sb.ID, `cd /workspace && line=$(head -c 998 /dev/zero | tr '\0' a) && for i in $(seq 12); do yes "$line" | head -n 1000 > f$i; done`)
+	if _, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "text"}); err != nil {
+		t.Fatal(err)
+	}
+	d.sh(t, sb.ID, `cd /workspace && line=$(head -c 998 /dev/zero | tr '\0' b) && for i in 1 2; do yes "$line" | head -n 1000 > f$i; done`)
+	ch, err := d.c.Changes(ctx, sb.ID, "text", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ch.Changes) != 2 || ch.DiffsTruncated || ch.Changes[0].Diff == "" || ch.Changes[1].Diff == "" {
+		t.Errorf("2 files changed: truncated %v, %d changes", ch.DiffsTruncated, len(ch.Changes))
+	}
+	d.sh(t, sb.ID, `cd /workspace && line=$(head -c 998 /dev/zero | tr '\0' b) && for i in $(seq 12); do yes "$line" | head -n 1000 > f$i; done`)
+	ch, err = d.c.Changes(ctx, sb.ID, "text", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, without := 0, 0
+	for _, c := range ch.Changes {
+		total += len(c.Diff)
+		if c.Diff == "" {
+			without++
+		}
+	}
+	if len(ch.Changes) != 12 || !ch.DiffsTruncated || total > 16<<20 || without == 0 {
+		t.Errorf("12 files of ~2 MB of diff each: %d changes, truncated %v, %d diff bytes, %d without", len(ch.Changes), ch.DiffsTruncated, total, without)
+	}
+}

@@ -451,6 +451,7 @@ class Change(Model):
 class Changes(Model):
     changes: List[Change] = _f(factory=list, model="Change", many=True)
     since: Optional[str] = None
+    diffs_truncated: Optional[bool] = None
 
 
 #: Each schema of the OpenAPI document and its class.

@@ -1028,6 +1028,10 @@ export interface Changes {
    * By path.
    */
   changes: Array<Change>;
+  /**
+   * The diffs stopped at 16 MiB in all: the changes past that point are listed without one.
+   */
+  diffs_truncated?: boolean;
 }
 
 /**
@@ -1119,7 +1123,7 @@ export const SCHEMA_FIELDS = {
   ForkRequest: ["count","labels"],
   ForkResult: ["snapshot","sandboxes","seconds"],
   RestoreRequest: ["snapshot"],
-  Changes: ["since","changes"],
+  Changes: ["since","changes","diffs_truncated"],
   Change: ["path","kind","type","old_mode","new_mode","old_target","new_target","old_size","size","binary","diff"],
 } as const;
 
