@@ -24,6 +24,8 @@ var schemaTypes = []any{
 	RenameRequest{}, PTYStart{}, PTYControl{}, PTYSize{}, PTYExit{}, APIKey{},
 	CreateKeyRequest{}, KeyList{}, Error{}, ErrorBody{}, NetworkEvent{}, NetworkEventsPage{},
 	NetworkPolicy{}, HTTPRule{}, RecordEvent{}, RecordEventsPage{},
+	CreateSnapshotRequest{}, Snapshot{}, SnapshotList{}, ForkRequest{}, ForkResult{}, RestoreRequest{},
+	Changes{}, Change{},
 }
 
 // unauthenticated are the operations that need no API key.

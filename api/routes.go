@@ -76,6 +76,22 @@ var Routes = []Route{
 	{"GET", "/v1/sandboxes/{id}/archive", "download"}, // -> application/x-tar of path (a file or a tree)
 	{"PUT", "/v1/sandboxes/{id}/archive", "upload"},   // tar body extracted into directory path -> 204
 
+	// Snapshots of a sandbox's workspace (native runtime; processes are not
+	// captured). CreateSnapshotRequest -> 201 Snapshot (409 for a name in
+	// use, 409 past the daemon's snapshot_quota).
+	{"POST", "/v1/sandboxes/{id}/snapshots", "createSnapshot"},
+	{"GET", "/v1/snapshots", "listSnapshots"},            // -> SnapshotList (the caller's tenant's)
+	{"GET", "/v1/snapshots/{snap}", "getSnapshot"},       // id or name -> Snapshot
+	{"DELETE", "/v1/snapshots/{snap}", "deleteSnapshot"}, // -> 204
+	// ForkRequest -> 201 ForkResult: a snapshot and count sandboxes made
+	// from it (429 past admission, and nothing made).
+	{"POST", "/v1/sandboxes/{id}/fork", "forkSandbox"},
+	// RestoreRequest -> Sandbox: the workspace back to the snapshot, in
+	// place (same id, policy, network audit); its processes are killed.
+	{"POST", "/v1/sandboxes/{id}/restore", "restoreSandbox"},
+	// ?since=SNAPSHOT (default: since creation), ?diff=true -> Changes
+	{"GET", "/v1/sandboxes/{id}/changes", "sandboxChanges"},
+
 	// API keys: only over the unix socket (403 over TCP).
 	{"POST", "/v1/keys", "createKey"}, // CreateKeyRequest -> 201 APIKey with Key set
 	{"GET", "/v1/keys", "listKeys"},   // -> KeyList

@@ -120,6 +120,10 @@ type CreateSandboxRequest struct {
 	// record cannot be set up, the creation fails and nothing is left.
 	// Never served from a warm pool.
 	Record bool `json:"record,omitempty"`
+	// FromSnapshot (a snapshot's id or name) makes the sandbox's
+	// workspace a copy of the snapshot's. The image must be the
+	// snapshot's; its policy is the request's, as for any creation.
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 }
 
 // File is a file to write at creation. Relative paths are under /workspace.
@@ -569,3 +573,98 @@ const (
 // the answer, and for an archive also the sizes of the files in it (a
 // sparse file counts its holes).
 const DefaultMaxDownload int64 = 1 << 30
+
+// CreateSnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots.
+type CreateSnapshotRequest struct {
+	// Name is unique per tenant: 1-128 bytes of letters, digits, '.',
+	// '_' and '-'. "": the snapshot's id.
+	Name   string            `json:"name,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Snapshot is a snapshot of a sandbox's filesystem state: its workspace
+// (/workspace), taken with the sandbox frozen so that it is consistent.
+// Processes and memory are not captured (Processes is always false), nor
+// is the copy-on-write layer over the root filesystem (Root is false:
+// writes outside /workspace are not kept). A snapshot outlives its
+// sandbox and the daemon's restarts; it belongs to the tenant of the key
+// that made it.
+type Snapshot struct {
+	ID        string            `json:"id"`
+	Name      string            `json:"name"`
+	SandboxID string            `json:"sandbox_id"`
+	Image     string            `json:"image,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	// Size is the bytes of the snapshot's files; Files its entries.
+	Size      int64     `json:"size"`
+	Files     int       `json:"files"`
+	CreatedAt time.Time `json:"created_at"`
+	// Workspace is true: /workspace is captured.
+	Workspace bool `json:"workspace"`
+	// Root is false: the root filesystem's copy-on-write layer is not.
+	Root bool `json:"root"`
+	// Processes is false: running processes and memory are not captured.
+	Processes bool `json:"processes"`
+	// Seconds is how long taking it took (only in the answer of the
+	// creation).
+	Seconds float64 `json:"seconds,omitempty"`
+}
+
+// SnapshotList is the answer of GET /v1/snapshots.
+type SnapshotList struct {
+	Snapshots []Snapshot `json:"snapshots"`
+	// Used is the bytes all snapshots hold; Quota the daemon's
+	// snapshot_quota (0: none).
+	Used  int64 `json:"used"`
+	Quota int64 `json:"quota,omitempty"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{id}/fork.
+type ForkRequest struct {
+	// Count is how many sandboxes to make (default 1, at most 64).
+	Count  int               `json:"count,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// ForkResult is the answer of a fork: the snapshot of the parent's state
+// (kept, named fork-<parent>-<time>) and the sandboxes made from it.
+type ForkResult struct {
+	Snapshot  Snapshot  `json:"snapshot"`
+	Sandboxes []Sandbox `json:"sandboxes"`
+	Seconds   float64   `json:"seconds"`
+}
+
+// RestoreRequest is the body of POST /v1/sandboxes/{id}/restore.
+type RestoreRequest struct {
+	Snapshot string `json:"snapshot"` // id or name
+}
+
+// Changes is the answer of GET /v1/sandboxes/{id}/changes: the workspace's
+// changes since a snapshot (Since) or since the sandbox was created, as
+// `airlock review` lists them (paths relative to /workspace; a directory's
+// path ends in '/').
+type Changes struct {
+	Since   string   `json:"since,omitempty"`
+	Changes []Change `json:"changes"`
+	// DiffsTruncated: the diffs stopped at 16 MiB in all; the changes
+	// past that point are listed without one.
+	DiffsTruncated bool `json:"diffs_truncated,omitempty"`
+}
+
+// Change is one changed path. Kind: added, modified, deleted, mode (only
+// the mode changed), symlink (a link's target changed), type (a file
+// became a directory, ...). Type: file, dir, symlink or special.
+type Change struct {
+	Path      string `json:"path"`
+	Kind      string `json:"kind"`
+	Type      string `json:"type"`
+	OldMode   string `json:"old_mode,omitempty"`
+	NewMode   string `json:"new_mode,omitempty"`
+	OldTarget string `json:"old_target,omitempty"`
+	NewTarget string `json:"new_target,omitempty"`
+	OldSize   int64  `json:"old_size,omitempty"`
+	Size      int64  `json:"size,omitempty"`
+	Binary    bool   `json:"binary,omitempty"`
+	// Diff is a unified diff of a text file (?diff=true).
+	Diff string `json:"diff,omitempty"`
+}

@@ -58,6 +58,7 @@ func main() {
 	}
 	root.AddCommand(newRunCmd(), newDoctorCmd(), newCreateCmd(), newLsCmd(), newExecCmd(), newCpCmd(), newLogsCmd(), newPauseCmd(), newResumeCmd(), newRmCmd(), newNetCmd(), newEventsCmd(), newKeysCmd(), newPortCmd(), newReviewCmd())
 	root.AddCommand(newCheckpointCmd())
+	root.AddCommand(newSnapshotCmd(), newSnapshotsCmd(), newForkCmd(), newRestoreCmd(), newDiffCmd())
 	root.AddCommand(newPolicyCmd())
 	root.AddCommand(newServeCmd())
 	root.AddCommand(newMCPCmd())

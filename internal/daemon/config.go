@@ -84,6 +84,11 @@ type Config struct {
 	// data directory's, with the store): a sandbox whose disk size would
 	// eat into it is refused. Default 1G.
 	DiskReserve string `yaml:"disk_reserve"`
+	// SnapshotQuota caps the bytes all workspace snapshots hold (in
+	// <data_dir>/snapshots), e.g. 10G; a snapshot past it is refused
+	// (409) once fork snapshots no live sandbox uses are collected.
+	// "" or 0: no cap.
+	SnapshotQuota string `yaml:"snapshot_quota"`
 
 	// E2BDomain is the domain of the E2B API's host-based routing
 	// (PORT-ID.DOMAIN, the SDKs' E2B_DOMAIN); "" routes by headers only.
@@ -251,6 +256,13 @@ func (c *Config) manager() (manager.Config, int64, error) {
 			return mc, 0, fmt.Errorf("config: max_output: %q: want a size up to 64M", c.MaxOutput)
 		}
 		mc.MaxOutput = int(n)
+	}
+	if c.SnapshotQuota != "" && c.SnapshotQuota != "0" {
+		n, e := policy.ParseSize(c.SnapshotQuota)
+		if e != nil {
+			return mc, 0, fmt.Errorf("config: snapshot_quota: %v", e)
+		}
+		mc.SnapshotQuota = n
 	}
 	if c.MaxUpload != "" {
 		n, e := policy.ParseSize(c.MaxUpload)

@@ -124,6 +124,11 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	mc.Runtime, mc.Adopter, mc.Store, mc.Log = rt, rt, st, log
 	// One set of caches for every caller (made on first use, mode 0700).
 	mc.CacheDir = filepath.Join(c.DataDir, "caches")
+	// Workspace snapshots: only with workspaces on volumes (the host
+	// path of each sandbox's workspace).
+	if vols != nil && !c.Ephemeral {
+		mc.SnapshotDir, mc.VolumeDir = filepath.Join(c.DataDir, "snapshots"), vols.Dir()
+	}
 	mc.Metrics = manager.NewMetrics()
 	for layer, off := range map[string]bool{"landlock": mc.Insecure.NoLandlock, "seccomp": mc.Insecure.NoSeccomp, "cgroups": mc.Insecure.NoCgroups} {
 		if off {

@@ -37,17 +37,26 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (_ 
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	var snap *store.Snapshot
+	if req.FromSnapshot != "" {
+		r := *req
+		if snap, err = m.resolveSnapshot(ctx, &r); err != nil {
+			return api.Sandbox{}, err
+		}
+		req = &r
+	}
 	p, rec, err := m.cfg.resolve(req)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
+	rec.FromSnapshot = req.FromSnapshot
 	var sb *Sandbox
 	_, tenant := TenantOf(ctx)
 	// A pool member's caches are the operator's: a tenant whose policy has
 	// caches gets a sandbox made with its own.
 	// Pool members have no record: a sandbox with one is always made for
 	// its caller.
-	if rec.Policy == "" && rec.Resources == (api.Resources{}) && len(rec.Caches) == 0 && !rec.Record && !(tenant && len(p.Caches) > 0) {
+	if rec.Policy == "" && rec.Resources == (api.Resources{}) && len(rec.Caches) == 0 && !rec.Record && !(tenant && len(p.Caches) > 0) && snap == nil {
 		sb = m.takePooled(poolKey(req.Image, req.PolicyName))
 	}
 	if sb != nil {
@@ -60,7 +69,13 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (_ 
 			return api.Sandbox{}, err
 		}
 	}
-	view, err := m.assign(ctx, sb, req, rec, ttl, idle)
+	if snap != nil {
+		err = m.fillFromSnapshot(sb, snap)
+	}
+	var view api.Sandbox
+	if err == nil {
+		view, err = m.assign(ctx, sb, req, rec, ttl, idle)
+	}
 	if err != nil {
 		m.destroy(context.WithoutCancel(ctx), sb, api.StateFailed, "creation failed", true)
 		return api.Sandbox{}, err

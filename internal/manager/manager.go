@@ -104,6 +104,14 @@ type Config struct {
 	RecordKeep int
 
 	Metrics *Metrics
+
+	// Snapshots (snapshot.go): SnapshotDir holds their files; VolumeDir
+	// is where the runtime mounts the sandboxes' workspace volumes (""
+	// when workspaces are in memory: no snapshots); SnapshotQuota caps
+	// the bytes all snapshots hold (0: no cap).
+	SnapshotDir   string
+	VolumeDir     string
+	SnapshotQuota int64
 }
 
 // SecretConfig is a named secret: where it is ("env:VAR" or "file:PATH")
@@ -237,6 +245,8 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	ready  chan struct{}
+
+	snaps snapshots
 }
 
 // New makes a manager. Start it with Recover.

@@ -28,6 +28,7 @@ import (
 func (m *Manager) Recover(ctx context.Context) error {
 	defer close(m.ready)
 	begun := time.Now()
+	m.initSnapshots(ctx)
 	recs, _, err := m.st.ListSandboxes(ctx, store.Filter{})
 	if err != nil {
 		return fmt.Errorf("load sandboxes: %w", err)

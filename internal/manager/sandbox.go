@@ -52,6 +52,9 @@ type specRecord struct {
 	Network *api.NetworkPolicy `json:"network,omitempty"`
 	// Record: the sandbox has an activity record.
 	Record bool `json:"record,omitempty"`
+	// FromSnapshot: the snapshot the workspace was made from or last
+	// restored to (snapshot.go).
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 }
 
 func (s specRecord) marshal() []byte {

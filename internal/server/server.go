@@ -297,8 +297,16 @@ func (s *Server) ops() map[string]handler {
 		"signalProcess": s.signalProcess,
 		"pty":           s.pty,
 
-		"networkEvents":    s.networkEvents,
-		"recordEvents":     s.recordEvents,
+		"networkEvents": s.networkEvents,
+		"recordEvents":  s.recordEvents,
+
+		"createSnapshot":   s.createSnapshot,
+		"listSnapshots":    s.listSnapshots,
+		"getSnapshot":      s.getSnapshot,
+		"deleteSnapshot":   s.deleteSnapshot,
+		"forkSandbox":      s.forkSandbox,
+		"restoreSandbox":   s.restoreSandbox,
+		"sandboxChanges":   s.sandboxChanges,
 		"getNetworkPolicy": s.getNetworkPolicy,
 		"setNetworkPolicy": s.setNetworkPolicy,
 		"portTunnel":       s.portTunnel,

@@ -199,6 +199,22 @@ var migrations = []string{
 		data       BLOB NOT NULL
 	) STRICT;
 	CREATE INDEX record_events_sandbox ON record_events (sandbox_id, id);`,
+	// 7: snapshots of sandboxes' workspaces. No foreign key to sandboxes:
+	// a snapshot outlives its sandbox. (tenant, name) is unique: a name
+	// names one snapshot per tenant.
+	`CREATE TABLE snapshots (
+		id         TEXT PRIMARY KEY,
+		name       TEXT NOT NULL,
+		tenant     TEXT NOT NULL,
+		sandbox_id TEXT NOT NULL,
+		image      TEXT NOT NULL,
+		spec       BLOB NOT NULL,
+		labels     BLOB NOT NULL,
+		size       INTEGER NOT NULL,
+		files      INTEGER NOT NULL,
+		created_at INTEGER NOT NULL
+	) STRICT;
+	CREATE UNIQUE INDEX snapshots_name ON snapshots (tenant, name);`,
 }
 
 // migrate applies the migrations the database has not seen, each in its own

@@ -84,8 +84,11 @@ type lister struct {
 	a    *applier
 	diff bool
 	full bool // protected paths listed as what they are, not as kept
-	out  []Change
-	err  error
+	// whole: up is a whole tree, not an overlay layer (CompareTrees):
+	// every directory is opaque.
+	whole bool
+	out   []Change
+	err   error
 }
 
 func typeName(mode uint32) string {
@@ -150,7 +153,7 @@ func (c *lister) dir(up, host int, rel string) {
 			if err != nil {
 				c.err = errors.Join(c.err, err)
 			} else {
-				if child >= 0 && isOpaque(up, name) {
+				if child >= 0 && (c.whole || isOpaque(up, name)) {
 					// The host's entries the upper directory lacks go.
 					if hn, err := readNames(child); err == nil {
 						for _, n := range hn {

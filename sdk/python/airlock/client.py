@@ -56,6 +56,13 @@ OPERATIONS: Dict[str, Tuple[str, str, str, Tuple[str, ...]]] = {
     "revokeKey": ("revoke_key", "DELETE", "/v1/keys/{kid}", ()),
     "portTunnel": ("port_tunnel", "GET", "/v1/sandboxes/{id}/ports/{port}", ()),
     "recordEvents": ("record_events", "GET", "/v1/sandboxes/{id}/events", ("type", "since", "cursor", "limit", "follow")),
+    "createSnapshot": ("create_snapshot", "POST", "/v1/sandboxes/{id}/snapshots", ()),
+    "listSnapshots": ("list_snapshots", "GET", "/v1/snapshots", ()),
+    "getSnapshot": ("get_snapshot", "GET", "/v1/snapshots/{snap}", ()),
+    "deleteSnapshot": ("delete_snapshot", "DELETE", "/v1/snapshots/{snap}", ()),
+    "forkSandbox": ("fork_sandbox", "POST", "/v1/sandboxes/{id}/fork", ()),
+    "restoreSandbox": ("restore_sandbox", "POST", "/v1/sandboxes/{id}/restore", ()),
+    "sandboxChanges": ("sandbox_changes", "GET", "/v1/sandboxes/{id}/changes", ("since", "diff")),
 }
 
 #: Methods that stream an operation beyond its plain method, by operationId.
@@ -241,6 +248,42 @@ class Client:
 
     def resume_sandbox(self, id: str) -> models.Sandbox:
         return models.Sandbox.from_dict(self._json("resumeSandbox", {"id": id}))
+
+    # Snapshots.
+
+    def create_snapshot(self, id: str, name: Optional[str] = None,
+                        labels: Optional[Mapping[str, str]] = None) -> models.Snapshot:
+        """Snapshot the sandbox's /workspace (processes are not captured)."""
+        req = models.CreateSnapshotRequest(name=name, labels=dict(labels) if labels else None)
+        return models.Snapshot.from_dict(self._json("createSnapshot", {"id": id}, None, req.to_dict(),
+                                                    timeout=self._plus(600.0)))
+
+    def list_snapshots(self) -> models.SnapshotList:
+        return models.SnapshotList.from_dict(self._json("listSnapshots", {}))
+
+    def get_snapshot(self, snap: str) -> models.Snapshot:
+        """A snapshot by id or name."""
+        return models.Snapshot.from_dict(self._json("getSnapshot", {"snap": snap}))
+
+    def delete_snapshot(self, snap: str) -> None:
+        self._json("deleteSnapshot", {"snap": snap})
+
+    def fork_sandbox(self, id: str, count: int = 1, labels: Optional[Mapping[str, str]] = None) -> models.ForkResult:
+        """count sandboxes from a snapshot of the sandbox's state, all or none."""
+        req = models.ForkRequest(count=count, labels=dict(labels) if labels else None)
+        return models.ForkResult.from_dict(self._json("forkSandbox", {"id": id}, None, req.to_dict(),
+                                                      timeout=self._plus(600.0)))
+
+    def restore_sandbox(self, id: str, snapshot: str) -> models.Sandbox:
+        """Put the sandbox's workspace back to a snapshot, in place; its processes are killed."""
+        return models.Sandbox.from_dict(self._json("restoreSandbox", {"id": id}, None,
+                                                   models.RestoreRequest(snapshot).to_dict(),
+                                                   timeout=self._plus(600.0)))
+
+    def sandbox_changes(self, id: str, since: Optional[str] = None, diff: bool = False) -> models.Changes:
+        """The workspace's changes since a snapshot (or since the sandbox's creation)."""
+        q = {"since": since, "diff": "true" if diff else None}
+        return models.Changes.from_dict(self._json("sandboxChanges", {"id": id}, q))
 
     # Processes.
 

@@ -110,6 +110,7 @@ class CreateSandboxRequest(Model):
     files: Optional[List[File]] = _f(model="File", many=True)
     caches: Optional[List[str]] = None
     record: Optional[bool] = None
+    from_snapshot: Optional[str] = None
 
 
 @dataclass
@@ -380,6 +381,79 @@ class ErrorResponse(Model):
     error: ErrorBody = _f(factory=ErrorBody, model="ErrorBody")
 
 
+@dataclass
+class CreateSnapshotRequest(Model):
+    name: Optional[str] = None
+    labels: Optional[Dict[str, str]] = None
+
+
+@dataclass
+class Snapshot(Model):
+    """A snapshot of a sandbox's /workspace. Processes, memory and the root
+    filesystem's copy-on-write layer are not captured (processes and root
+    are always False)."""
+
+    id: str = ""
+    name: str = ""
+    sandbox_id: str = ""
+    size: int = 0
+    files: int = 0
+    created_at: str = ""
+    workspace: bool = True
+    root: bool = False
+    processes: bool = False
+    image: Optional[str] = None
+    labels: Optional[Dict[str, str]] = None
+    seconds: Optional[float] = None
+
+
+@dataclass
+class SnapshotList(Model):
+    snapshots: List[Snapshot] = _f(factory=list, model="Snapshot", many=True)
+    used: int = 0
+    quota: Optional[int] = None
+
+
+@dataclass
+class ForkRequest(Model):
+    count: Optional[int] = None
+    labels: Optional[Dict[str, str]] = None
+
+
+@dataclass
+class ForkResult(Model):
+    snapshot: Snapshot = _f(factory=Snapshot, model="Snapshot")
+    sandboxes: List[Sandbox] = _f(factory=list, model="Sandbox", many=True)
+    seconds: float = 0.0
+
+
+@dataclass
+class RestoreRequest(Model):
+    snapshot: str = ""
+
+
+@dataclass
+class Change(Model):
+    path: str = ""
+    kind: str = ""
+    type: str = ""
+    old_mode: Optional[str] = None
+    new_mode: Optional[str] = None
+    old_target: Optional[str] = None
+    new_target: Optional[str] = None
+    old_size: Optional[int] = None
+    size: Optional[int] = None
+    binary: Optional[bool] = None
+    diff: Optional[str] = None
+
+
+@dataclass
+class Changes(Model):
+    changes: List[Change] = _f(factory=list, model="Change", many=True)
+    since: Optional[str] = None
+    diffs_truncated: Optional[bool] = None
+
+
 #: Each schema of the OpenAPI document and its class.
 SCHEMAS: Dict[str, Type[Model]] = {
     "Sandbox": Sandbox, "Resources": Resources, "CreateSandboxRequest": CreateSandboxRequest,
@@ -392,7 +466,9 @@ SCHEMAS: Dict[str, Type[Model]] = {
     "PTYControl": PTYControl, "PTYSize": PTYSize, "PTYExit": PTYExit, "APIKey": APIKey,
     "CreateKeyRequest": CreateKeyRequest, "KeyList": KeyList, "Error": ErrorResponse,
     "ErrorBody": ErrorBody, "HTTPRule": HTTPRule, "RecordEvent": RecordEvent,
-    "RecordEventsPage": RecordEventsPage,
+    "RecordEventsPage": RecordEventsPage, "CreateSnapshotRequest": CreateSnapshotRequest,
+    "Snapshot": Snapshot, "SnapshotList": SnapshotList, "ForkRequest": ForkRequest, "ForkResult": ForkResult,
+    "RestoreRequest": RestoreRequest, "Changes": Changes, "Change": Change,
 }
 
 

@@ -232,6 +232,26 @@ class Sandbox:
         self.info = self.client.set_timeout(self.id, seconds)
         return self.info
 
+    # Snapshots of /workspace (processes are not captured).
+
+    def snapshot(self, name: Optional[str] = None, labels: Optional[Mapping[str, str]] = None) -> models.Snapshot:
+        """Snapshot /workspace, with the sandbox frozen during the copy."""
+        return self.client.create_snapshot(self.id, name=name, labels=labels)
+
+    def fork(self, count: int = 1, labels: Optional[Mapping[str, str]] = None) -> List["Sandbox"]:
+        """count new sandboxes from a snapshot of this one's state, each with its own copy."""
+        res = self.client.fork_sandbox(self.id, count=count, labels=labels)
+        return [type(self)(self.client, s) for s in res.sandboxes]
+
+    def restore(self, snapshot: str) -> models.Sandbox:
+        """Put /workspace back to a snapshot, in place; every process of the sandbox is killed."""
+        self.info = self.client.restore_sandbox(self.id, snapshot)
+        return self.info
+
+    def changes(self, since: Optional[str] = None, diff: bool = False) -> models.Changes:
+        """/workspace's changes since a snapshot (or since the sandbox's creation)."""
+        return self.client.sandbox_changes(self.id, since=since, diff=diff)
+
     def exec(self, cmd: Argv, *, env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
              timeout: Optional[float] = None, stdin: Optional[Data] = None,
              max_output_bytes: Optional[int] = None) -> models.ExecResult:

@@ -155,12 +155,12 @@ class DriftTest(unittest.TestCase):
 
     def test_fails_on_new_schema_query_path_code(self):
         doc = copy.deepcopy(load())
-        doc["components"]["schemas"]["Snapshot"] = {"type": "object", "properties": {"id": {"type": "string"}}}
+        doc["components"]["schemas"]["Checkpoint"] = {"type": "object", "properties": {"id": {"type": "string"}}}
         doc["paths"]["/v1/sandboxes"]["get"]["parameters"].append({"name": "owner", "in": "query"})
         doc["paths"]["/v1/boxes/{id}"] = doc["paths"].pop("/v1/sandboxes/{id}")
         doc["components"]["schemas"]["ErrorBody"]["properties"]["code"]["enum"].append("aborted")
         p = drift(doc)
-        self.assertIn("schema Snapshot has no model", p)
+        self.assertIn("schema Checkpoint has no model", p)
         self.assertTrue(any("operation listSandboxes: query parameters" in x for x in p), p)
         self.assertTrue(any("operation getSandbox: the SDK has GET /v1/sandboxes/{id}" in x for x in p), p)
         self.assertIn("error code aborted has no exception class", p)

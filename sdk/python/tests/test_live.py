@@ -46,6 +46,44 @@ class Live(unittest.TestCase):
         return sb
 
 
+class SnapshotTest(Live):
+    def test_snapshot_fork_restore_changes(self):
+        sb = self.sandbox()
+        self.assertEqual(sb.exec("echo one > /workspace/a && mkdir /workspace/d").exit_code, 0)
+        try:
+            sn = self.c.create_snapshot(sb.id, name="py-" + sb.id, labels={"k": "v"})
+        except airlock.Unimplemented as e:
+            raise unittest.SkipTest(f"this daemon keeps no snapshots: {e}")
+        try:
+            self.assertFalse(sn.processes)
+            self.assertEqual(self.c.get_snapshot(sn.name).id, sn.id)
+            self.assertIn(sn.id, [s.id for s in self.c.list_snapshots().snapshots])
+            with self.assertRaises(airlock.AlreadyExists):
+                self.c.create_snapshot(sb.id, name=sn.name)
+            self.assertEqual(sb.exec("echo two > /workspace/a && rmdir /workspace/d").exit_code, 0)
+            ch = self.c.sandbox_changes(sb.id, since=sn.id, diff=True)
+            self.assertEqual(sorted((c.kind, c.path) for c in ch.changes), [("deleted", "d/"), ("modified", "a")])
+            self.assertIn("+two", [c for c in ch.changes if c.path == "a"][0].diff)
+            self.assertEqual([c.path for c in sb.changes(since=sn.name).changes], [c.path for c in ch.changes])
+            kids = sb.fork(1)
+            self.made.extend(kids)
+            self.assertEqual(kids[0].exec("cat /workspace/a").text, "two\n")
+            fr = self.c.fork_sandbox(sb.id, count=2)
+            for f in fr.sandboxes:
+                self.made.append(airlock.Sandbox.get(f.id, client=self.c))
+            self.assertEqual(len(fr.sandboxes), 2)
+            self.assertEqual(self.c.exec(fr.sandboxes[0].id, "cat /workspace/a").text, "two\n")
+            self.assertEqual(sb.restore(sn.id).id, sb.id)
+            self.assertEqual(sb.exec("cat /workspace/a; ls /workspace").text, "one\na\nd\n")
+            with self.assertRaises(airlock.NotFound):
+                self.c.restore_sandbox(sb.id, "no-such-snapshot")
+            self.c.delete_snapshot(fr.snapshot.id)
+        finally:
+            self.c.delete_snapshot(sn.id)
+        with self.assertRaises(airlock.NotFound):
+            self.c.get_snapshot(sn.id)
+
+
 class SandboxTest(Live):
     def test_lifecycle(self):
         with airlock.Sandbox.create(client=self.c, labels={"suite": "py", "n": "1"}, timeout=300) as sb:

@@ -121,6 +121,13 @@ export const SENT_QUERY: { readonly [K in M.OperationId]: readonly string[] } = 
   listKeys: [],
   revokeKey: [],
   portTunnel: [],
+  createSnapshot: [],
+  listSnapshots: [],
+  getSnapshot: [],
+  deleteSnapshot: [],
+  forkSandbox: [],
+  restoreSandbox: [],
+  sandboxChanges: ["since", "diff"],
 };
 
 function query(op: M.OperationId, values: Record<string, string | string[] | undefined>): URLSearchParams {
@@ -257,6 +264,48 @@ export class Airlock {
 
   async resumeSandbox(id: string, opts: CallOptions = {}): Promise<M.Sandbox> {
     return this.t.json({ method: "POST", path: sbPath(id, "/resume"), ...opts });
+  }
+
+  // Snapshots of a sandbox's /workspace (processes are not captured).
+
+  /** Snapshots the sandbox's workspace, with its processes frozen during the copy. */
+  async createSnapshot(id: string, req: M.CreateSnapshotRequest = {}, opts: CallOptions = {}): Promise<M.Snapshot> {
+    return this.t.json({ method: "POST", path: sbPath(id, "/snapshots"), json: req, timeoutMs: this.longer(opts, 600), ...opts });
+  }
+
+  async listSnapshots(opts: CallOptions = {}): Promise<M.SnapshotList> {
+    return this.t.json({ method: "GET", path: "/v1/snapshots", ...opts });
+  }
+
+  /** A snapshot by id or name. */
+  async getSnapshot(snap: string, opts: CallOptions = {}): Promise<M.Snapshot> {
+    return this.t.json({ method: "GET", path: `/v1/snapshots/${seg("snapshot", snap)}`, ...opts });
+  }
+
+  /** Deletes a snapshot (sandboxes made from it keep their copies). */
+  async deleteSnapshot(snap: string, opts: CallOptions = {}): Promise<void> {
+    await this.t.json({ method: "DELETE", path: `/v1/snapshots/${seg("snapshot", snap)}`, ...opts });
+  }
+
+  /** count sandboxes from a snapshot of the sandbox's current state, all or none. */
+  async forkSandbox(id: string, req: M.ForkRequest = {}, opts: CallOptions = {}): Promise<M.ForkResult> {
+    return this.t.json({ method: "POST", path: sbPath(id, "/fork"), json: req, timeoutMs: this.longer(opts, 600), ...opts });
+  }
+
+  /** Puts the sandbox's workspace back to a snapshot, in place; its processes are killed. */
+  async restoreSandbox(id: string, snapshot: string, opts: CallOptions = {}): Promise<M.Sandbox> {
+    return this.t.json({
+      method: "POST", path: sbPath(id, "/restore"), json: { snapshot } satisfies M.RestoreRequest,
+      timeoutMs: this.longer(opts, 600), ...opts,
+    });
+  }
+
+  /** The workspace's changes since a snapshot (or since the sandbox's creation). */
+  async sandboxChanges(id: string, q: { since?: string; diff?: boolean } = {}, opts: CallOptions = {}): Promise<M.Changes> {
+    return this.t.json({
+      method: "GET", path: sbPath(id, "/changes"),
+      query: query("sandboxChanges", { since: q.since || undefined, diff: q.diff ? "true" : undefined }), ...opts,
+    });
   }
 
   // Processes.

@@ -142,6 +142,10 @@ export interface CreateSandboxRequest {
    * Keep an activity record of the sandbox, written by the daemon, never by code inside: every exec (argv, path, working directory, parent, outcome), every exit (status, duration), network requests and resource use; read it with GET /v1/sandboxes/{id}/events. Needs a daemon running as root with the native runtime (a 501 otherwise); if the record cannot be set up the creation fails (the error names the layer `record`) and nothing is left. Never served from a warm pool.
    */
   record?: boolean;
+  /**
+   * A snapshot (id or name) to make the sandbox's workspace from: it starts as a copy of the snapshot's /workspace. The image must be the snapshot's (an absent image takes it); 404 for an unknown snapshot or another tenant's.
+   */
+  from_snapshot?: string;
 }
 
 /**
@@ -887,11 +891,204 @@ export interface RecordEventsPage {
   next_cursor?: string;
 }
 
+/**
+ * The body of POST /v1/sandboxes/{id}/snapshots.
+ */
+export interface CreateSnapshotRequest {
+  /**
+   * Unique per tenant (409 when in use): 1-128 letters, digits, '.', '_' or '-', not starting with snap-. Absent: the snapshot's id.
+   */
+  name?: string;
+  /**
+   * Labels of the snapshot.
+   */
+  labels?: Record<string, string>;
+}
+
+/**
+ * A snapshot of a sandbox's filesystem state: its /workspace, copied with the sandbox's cgroup frozen so that it is consistent. Processes and memory are not captured (processes is false), nor is the copy-on-write layer over the root filesystem (root is false: writes outside /workspace are not kept). It outlives its sandbox and the daemon's restarts, and belongs to the tenant of the key that made it.
+ */
+export interface Snapshot {
+  /**
+   * snap- and 16 lowercase hex digits.
+   */
+  id: string;
+  /**
+   * The snapshot's name (its id when none was given).
+   */
+  name: string;
+  /**
+   * The sandbox it was taken of (which may be gone).
+   */
+  sandbox_id: string;
+  /**
+   * The sandbox's image; a snapshot restores only into a sandbox of the same image.
+   */
+  image?: string;
+  /**
+   * Its labels; fork snapshots have airlock.fork = the parent's id.
+   */
+  labels?: Record<string, string>;
+  /**
+   * Bytes of the snapshot's files.
+   */
+  size: number;
+  /**
+   * Its entries (files, directories, links).
+   */
+  files: number;
+  /**
+   * When it was taken.
+   */
+  created_at: string;
+  /**
+   * Always true: /workspace is captured.
+   */
+  workspace: boolean;
+  /**
+   * Always false: the root filesystem's copy-on-write layer is not captured.
+   */
+  root: boolean;
+  /**
+   * Always false: processes and memory are not captured.
+   */
+  processes: boolean;
+  /**
+   * How long taking it took (in the creation's answer only).
+   */
+  seconds?: number;
+}
+
+/**
+ * The answer of GET /v1/snapshots: the caller's tenant's snapshots (every one for an operator key).
+ */
+export interface SnapshotList {
+  /**
+   * Oldest first.
+   */
+  snapshots: Array<Snapshot>;
+  /**
+   * Bytes all the daemon's snapshots hold.
+   */
+  used: number;
+  /**
+   * The daemon's snapshot_quota in bytes (absent: none).
+   */
+  quota?: number;
+}
+
+/**
+ * The body of POST /v1/sandboxes/{id}/fork.
+ */
+export interface ForkRequest {
+  /**
+   * How many sandboxes to make: 1 (the default) to 64.
+   */
+  count?: number;
+  /**
+   * Labels of each new sandbox (airlock.fork.parent is added).
+   */
+  labels?: Record<string, string>;
+}
+
+/**
+ * The answer of a fork: the snapshot of the parent's state (kept; labelled airlock.fork) and the sandboxes made from it, each with its own copy of it.
+ */
+export interface ForkResult {
+  snapshot: Snapshot;
+  /**
+   * The new sandboxes.
+   */
+  sandboxes: Array<Sandbox>;
+  /**
+   * How long the fork took.
+   */
+  seconds: number;
+}
+
+/**
+ * The body of POST /v1/sandboxes/{id}/restore.
+ */
+export interface RestoreRequest {
+  /**
+   * The snapshot (id or name) to put the sandbox's workspace back to.
+   */
+  snapshot: string;
+}
+
+/**
+ * The answer of GET /v1/sandboxes/{id}/changes: the workspace's changes since a snapshot, or since the sandbox's creation (from the snapshot it was made from or last restored to, else from an empty workspace), as airlock review lists them.
+ */
+export interface Changes {
+  /**
+   * The snapshot compared with (absent: an empty workspace).
+   */
+  since?: string;
+  /**
+   * By path.
+   */
+  changes: Array<Change>;
+  /**
+   * The diffs stopped at 16 MiB in all: the changes past that point are listed without one.
+   */
+  diffs_truncated?: boolean;
+}
+
+/**
+ * One changed path of the workspace.
+ */
+export interface Change {
+  /**
+   * Relative to /workspace; a directory's ends in '/'.
+   */
+  path: string;
+  /**
+   * added, modified, deleted, mode (only the mode changed), symlink (a link's target changed) or type (a file became a directory, ...).
+   */
+  kind: string;
+  /**
+   * file, dir, symlink or special.
+   */
+  type: string;
+  /**
+   * Octal permission bits before.
+   */
+  old_mode?: string;
+  /**
+   * Octal permission bits after.
+   */
+  new_mode?: string;
+  /**
+   * A link's target before.
+   */
+  old_target?: string;
+  /**
+   * A link's target after.
+   */
+  new_target?: string;
+  /**
+   * Bytes before.
+   */
+  old_size?: number;
+  /**
+   * Bytes after.
+   */
+  size?: number;
+  /**
+   * Not shown as a diff (not UTF-8, has a NUL, or over 1 MiB).
+   */
+  binary?: boolean;
+  /**
+   * A unified diff of a text file (with ?diff=true).
+   */
+  diff?: string;
+}
+
 /** The JSON field names of every schema. */
 export const SCHEMA_FIELDS = {
   Sandbox: ["id","state","labels","image","policy","reason","created_at","expires_at","idle_timeout_seconds","last_activity_at","ended_at","resources","tenant","record"],
   Resources: ["memory","disk","pids","cpu"],
-  CreateSandboxRequest: ["image","runtime","policy_name","policy","resources","env","labels","timeout_seconds","idle_timeout_seconds","files","caches","record"],
+  CreateSandboxRequest: ["image","runtime","policy_name","policy","resources","env","labels","timeout_seconds","idle_timeout_seconds","files","caches","record","from_snapshot"],
   File: ["path","content","mode"],
   SandboxList: ["sandboxes","next_cursor"],
   TimeoutRequest: ["timeout_seconds"],
@@ -920,6 +1117,14 @@ export const SCHEMA_FIELDS = {
   HTTPRule: ["hosts","methods","paths"],
   RecordEvent: ["cursor","type","time","sandbox","version","pid","host_pid","ppid","host_ppid","syscall","path","path_target","argv","argv_truncated","cwd","result","exited","code","signal","core","duration_ms","lost","proto","method","host","port","addr","url_path","allowed","rule","bytes_up","bytes_down","error_message","cpu_ns","memory_bytes","memory_peak_bytes","pids","reason"],
   RecordEventsPage: ["events","next_cursor"],
+  CreateSnapshotRequest: ["name","labels"],
+  Snapshot: ["id","name","sandbox_id","image","labels","size","files","created_at","workspace","root","processes","seconds"],
+  SnapshotList: ["snapshots","used","quota"],
+  ForkRequest: ["count","labels"],
+  ForkResult: ["snapshot","sandboxes","seconds"],
+  RestoreRequest: ["snapshot"],
+  Changes: ["since","changes","diffs_truncated"],
+  Change: ["path","kind","type","old_mode","new_mode","old_target","new_target","old_size","size","binary","diff"],
 } as const;
 
 /** The API's error codes (ErrorBody.code). */
@@ -967,6 +1172,13 @@ export const OPERATIONS = {
   listKeys: { method: "GET", path: "/v1/keys", query: [], body: null },
   revokeKey: { method: "DELETE", path: "/v1/keys/{kid}", query: [], body: null },
   portTunnel: { method: "GET", path: "/v1/sandboxes/{id}/ports/{port}", query: [], body: null },
+  createSnapshot: { method: "POST", path: "/v1/sandboxes/{id}/snapshots", query: [], body: "application/json" },
+  listSnapshots: { method: "GET", path: "/v1/snapshots", query: [], body: null },
+  getSnapshot: { method: "GET", path: "/v1/snapshots/{snap}", query: [], body: null },
+  deleteSnapshot: { method: "DELETE", path: "/v1/snapshots/{snap}", query: [], body: null },
+  forkSandbox: { method: "POST", path: "/v1/sandboxes/{id}/fork", query: [], body: "application/json" },
+  restoreSandbox: { method: "POST", path: "/v1/sandboxes/{id}/restore", query: [], body: "application/json" },
+  sandboxChanges: { method: "GET", path: "/v1/sandboxes/{id}/changes", query: ["since","diff"], body: null },
 } as const;
 
 /** The id of an operation (its OpenAPI operationId). */

@@ -108,6 +108,27 @@ export class Sandbox {
     this.info = await this.client.resumeSandbox(this.id, opts);
   }
 
+  /** Snapshots /workspace, with the sandbox frozen during the copy (processes are not captured). */
+  async snapshot(req: M.CreateSnapshotRequest = {}, opts: CallOptions = {}): Promise<M.Snapshot> {
+    return this.client.createSnapshot(this.id, req, opts);
+  }
+
+  /** count new sandboxes from a snapshot of this one's state, each with its own copy of /workspace. */
+  async fork(count = 1, opts: CallOptions = {}): Promise<Sandbox[]> {
+    const res = await this.client.forkSandbox(this.id, { count }, opts);
+    return res.sandboxes.map((s) => new Sandbox(this.client, s));
+  }
+
+  /** Puts /workspace back to a snapshot, in place; every process of the sandbox is killed. */
+  async restore(snapshot: string, opts: CallOptions = {}): Promise<void> {
+    this.info = await this.client.restoreSandbox(this.id, snapshot, opts);
+  }
+
+  /** /workspace's changes since a snapshot (or since the sandbox's creation). */
+  async changes(q: { since?: string; diff?: boolean } = {}, opts: CallOptions = {}): Promise<M.Changes> {
+    return this.client.sandboxChanges(this.id, q, opts);
+  }
+
   /** The sandbox now expires seconds from now. */
   async setTimeout(seconds: number, opts: CallOptions = {}): Promise<void> {
     this.info = await this.client.setTimeout(this.id, seconds, opts);

@@ -341,3 +341,39 @@ test("health, ready, metrics and the OpenAPI document", async () => {
   assert.match(await c.metrics(), /^# (HELP|TYPE) airlock_/m);
   assert.equal((await c.openapi()).openapi.startsWith("3."), true);
 });
+
+test("snapshots: create, changes, fork, restore, delete; a name in use, an unknown snapshot", async (t) => {
+  const sb = await sandbox(t);
+  await sb.exec(["sh", "-c", "echo one > /workspace/a && mkdir /workspace/d"]);
+  let sn;
+  try {
+    sn = await c.createSnapshot(sb.id, { name: `ts-${sb.id}` });
+  } catch (e) {
+    if (e instanceof NotImplementedError) return t.skip(`this daemon keeps no snapshots: ${e.message}`);
+    throw e;
+  }
+  t.after(() => c.deleteSnapshot(sn.id).catch(() => {}));
+  assert.equal(sn.processes, false);
+  assert.equal((await c.getSnapshot(sn.name)).id, sn.id);
+  await assert.rejects(c.createSnapshot(sb.id, { name: sn.name }), (e) => e instanceof APIError && e.status === 409);
+  await sb.exec(["sh", "-c", "echo two > /workspace/a && rmdir /workspace/d"]);
+  const ch = await c.sandboxChanges(sb.id, { since: sn.id, diff: true });
+  assert.deepEqual(ch.changes.map((x) => `${x.kind} ${x.path}`).sort(), ["deleted d/", "modified a"]);
+  assert.deepEqual((await sb.changes({ since: sn.name })).changes.map((x) => x.path).sort(), ["a", "d/"]);
+  const kids = await sb.fork(1);
+  t.after(async () => { for (const k of kids) await k.close(); });
+  assert.equal((await kids[0].exec(["cat", "/workspace/a"])).stdout.toString(), "two\n");
+  const fr = await c.forkSandbox(sb.id, { count: 2 });
+  t.after(async () => {
+    for (const f of fr.sandboxes) await c.deleteSandbox(f.id).catch(() => {});
+    await c.deleteSnapshot(fr.snapshot.id).catch(() => {});
+  });
+  assert.equal(fr.sandboxes.length, 2);
+  assert.equal((await c.exec(fr.sandboxes[1].id, ["cat", "/workspace/a"])).stdout.toString(), "two\n");
+  await sb.restore(sn.id);
+  assert.equal(sb.id, sb.info.id);
+  assert.equal((await sb.exec(["sh", "-c", "cat /workspace/a; ls /workspace"])).stdout.toString(), "one\na\nd\n");
+  await assert.rejects(c.restoreSandbox(sb.id, "no-such-snapshot"), NotFoundError);
+  await c.deleteSnapshot(sn.id);
+  await assert.rejects(c.getSnapshot(sn.id), NotFoundError);
+});

@@ -1,0 +1,717 @@
+package manager
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/errdefs"
+	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/store"
+	"github.com/airlock-dev/airlock/internal/workspace"
+)
+
+// Snapshots of a sandbox's workspace.
+//
+// A native sandbox of the daemon has its workspace on a volume of its own
+// (internal/quota), mounted on the host at <VolumeDir>/<runtime id>. A
+// snapshot is a copy of that volume's tree in <SnapshotDir>/<id>/workspace
+// (owners, modes, times, extended attributes; data by FICLONE where the
+// filesystem has it, else copy_file_range over data regions), taken with
+// the sandbox's cgroup frozen so that no process writes during the copy.
+// The copy-on-write layer over the root filesystem lives on a tmpfs that
+// only the sandbox's mount namespace reaches, and is not captured;
+// processes are not either. A sandbox made from a snapshot gets a copy of
+// it in its own fresh volume, so that forks never share a writable byte.
+//
+// The store keeps one row per snapshot (store.Snapshot); a directory
+// without a row (a daemon killed during a copy) or a row without a
+// directory is removed at start (initSnapshots).
+
+// maxDiffBytes bounds the diffs of one changes answer.
+const maxDiffBytes = 16 << 20
+
+// maxFork bounds one fork request.
+const maxFork = 64
+
+var snapNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// forkLabel marks the snapshots forks make: garbage collection may remove
+// them (oldest first) when the quota is reached and no live sandbox was
+// made from them.
+const forkLabel = "airlock.fork"
+
+// snapshots is the manager's snapshot state.
+type snapshots struct {
+	// mu: one snapshot, restore or deletion at a time (Lock); copies out
+	// of a snapshot into new sandboxes share it (RLock).
+	mu sync.RWMutex
+}
+
+func newSnapID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return "snap-" + hex.EncodeToString(b)
+}
+
+func (m *Manager) snapDir(id string) string { return filepath.Join(m.cfg.SnapshotDir, id) }
+func (m *Manager) snapTree(id string) string {
+	return filepath.Join(m.cfg.SnapshotDir, id, "workspace")
+}
+
+// initSnapshots removes unfinished copies, directories without a row and
+// rows without a directory. Called by Recover.
+func (m *Manager) initSnapshots(ctx context.Context) {
+	if m.cfg.SnapshotDir == "" {
+		return
+	}
+	if err := os.MkdirAll(m.cfg.SnapshotDir, 0o700); err != nil {
+		m.log.Error("snapshot directory", "err", err)
+		return
+	}
+	os.Mkdir(filepath.Join(m.cfg.SnapshotDir, ".empty"), 0o755)
+	list, err := m.st.ListSnapshots(ctx)
+	if err != nil {
+		m.log.Error("load snapshots", "err", err)
+		return
+	}
+	rows := map[string]bool{}
+	for _, sn := range list {
+		if _, err := os.Lstat(m.snapTree(sn.ID)); err != nil {
+			m.log.Warn("snapshot without files: forgotten", "snapshot", sn.ID, "err", err)
+			m.st.DeleteSnapshot(ctx, sn.ID)
+			continue
+		}
+		rows[sn.ID] = true
+	}
+	ents, _ := os.ReadDir(m.cfg.SnapshotDir)
+	for _, e := range ents {
+		if e.Name() == ".empty" || rows[e.Name()] {
+			continue
+		}
+		m.log.Info("removing unfinished snapshot files", "dir", e.Name())
+		os.RemoveAll(filepath.Join(m.cfg.SnapshotDir, e.Name()))
+	}
+}
+
+// snapshotView is a stored snapshot as the API shows it.
+func snapshotView(sn *store.Snapshot) api.Snapshot {
+	return api.Snapshot{ID: sn.ID, Name: sn.Name, SandboxID: sn.SandboxID, Image: sn.Image, Labels: sn.Labels,
+		Size: sn.Size, Files: sn.Files, CreatedAt: sn.CreatedAt, Workspace: true}
+}
+
+// findSnapshot returns a snapshot the caller may see (by id or name); one
+// of another tenant is not found.
+func (m *Manager) findSnapshot(ctx context.Context, ref string) (*store.Snapshot, error) {
+	if ref == "" {
+		return nil, invalid("snapshot: empty")
+	}
+	tenant, _ := TenantOf(ctx)
+	sn, err := m.st.GetSnapshot(ctx, tenant, ref)
+	if err != nil {
+		return nil, err
+	}
+	if !maySee(ctx, sn.Tenant) {
+		return nil, fmt.Errorf("snapshot %s: %w", errdefs.Quote(ref), errdefs.ErrNotFound)
+	}
+	return sn, nil
+}
+
+// snapReady refuses snapshot operations on a daemon that cannot make them.
+func (m *Manager) snapReady() error {
+	if m.cfg.SnapshotDir == "" || m.cfg.VolumeDir == "" {
+		return fmt.Errorf("snapshots need the daemon's workspaces on volumes (disk_quota: loop, as root): this daemon's are in memory: %w", errdefs.ErrNotSupported)
+	}
+	return nil
+}
+
+// workspaceOf returns the host directory of a live native sandbox's
+// workspace volume.
+func (m *Manager) workspaceOf(sb *Sandbox, rt runtime.Sandbox) (string, error) {
+	if err := m.snapReady(); err != nil {
+		return "", err
+	}
+	if r := rt.Info().Runtime; r != "" && r != "native" {
+		return "", fmt.Errorf("sandbox %s: snapshots are for the native runtime, not %s: %w", sb.id, r, errdefs.ErrNotSupported)
+	}
+	dir := filepath.Join(m.cfg.VolumeDir, runtimeID(sb.id))
+	var st, parent unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return "", fmt.Errorf("sandbox %s: its workspace is not on a volume: %w", sb.id, errdefs.ErrNotSupported)
+	}
+	if err := unix.Lstat(m.cfg.VolumeDir, &parent); err != nil || parent.Dev == st.Dev {
+		return "", fmt.Errorf("sandbox %s: its workspace volume is not mounted: %w", sb.id, errdefs.ErrNotSupported)
+	}
+	return dir, nil
+}
+
+// liveForSnapshot returns a running or paused sandbox with its runtime.
+func (m *Manager) liveForSnapshot(ctx context.Context, id string) (*Sandbox, runtime.Sandbox, bool, error) {
+	sb, err := m.lookup(ctx, id)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if (sb.rec.State != api.StateRunning && sb.rec.State != api.StatePaused) || sb.ending || sb.rt == nil {
+		return nil, nil, false, conflict("sandbox %s is %s, not running", id, sb.rec.State)
+	}
+	sb.activity, sb.dirty = time.Now().UTC(), true
+	return sb, sb.rt, sb.rec.State == api.StatePaused, nil
+}
+
+// frozen runs fn with the sandbox's processes frozen (the cgroup
+// freezer); a sandbox paused by its caller stays paused.
+func frozen(ctx context.Context, rt runtime.Sandbox, paused bool, fn func() error) error {
+	if paused {
+		return fn()
+	}
+	pr, ok := rt.(runtime.Pauser)
+	if !ok || len(rt.Info().CgroupPaths) == 0 {
+		return fmt.Errorf("the sandbox cannot be frozen (it has no cgroup: the daemon runs with cgroups off), so no consistent copy of its workspace can be made: %w", errdefs.ErrNotSupported)
+	}
+	if err := pr.Pause(ctx); err != nil {
+		return fmt.Errorf("freeze: %w", err)
+	}
+	err := fn()
+	if rerr := pr.Resume(context.WithoutCancel(ctx)); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("thaw: %w", rerr))
+	}
+	return err
+}
+
+// usedBytes is what every snapshot holds.
+func (m *Manager) usedBytes(ctx context.Context) (int64, []*store.Snapshot, error) {
+	list, err := m.st.ListSnapshots(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	var n int64
+	for _, sn := range list {
+		n += sn.Size
+	}
+	return n, list, nil
+}
+
+// treeSize is the disk space a tree's entries take (allocated blocks;
+// 4 KiB for each entry that is not a regular file), never following a
+// link.
+func treeSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			n += st.Blocks * 512
+		} else {
+			n += 4096
+		}
+		return nil
+	})
+	return n, err
+}
+
+// snapshotReserve is kept free on the snapshots' filesystem.
+const snapshotReserve = 1 << 30
+
+// roomOnDisk refuses a copy of need bytes that would leave less than
+// snapshotReserve free where snapshots live.
+func roomOnDisk(dir string, need int64) error {
+	var s unix.Statfs_t
+	if err := unix.Statfs(dir, &s); err != nil {
+		return err
+	}
+	if free := int64(s.Bavail) * s.Bsize; free-need < snapshotReserve {
+		return fmt.Errorf("snapshot: %d bytes do not fit on the data disk (%d free, %d kept in reserve); delete snapshots or sandboxes: %w", need, free, int64(snapshotReserve), errdefs.ErrConflict)
+	}
+	return nil
+}
+
+// makeRoom checks that need more bytes fit in the snapshot quota,
+// removing fork snapshots no live sandbox came from, oldest first, when
+// they do not.
+func (m *Manager) makeRoom(ctx context.Context, need int64) error {
+	q := m.cfg.SnapshotQuota
+	if q <= 0 {
+		return nil
+	}
+	used, list, err := m.usedBytes(ctx)
+	if err != nil {
+		return err
+	}
+	if used+need <= q {
+		return nil
+	}
+	inUse := map[string]bool{}
+	m.mu.Lock()
+	for _, sb := range m.sandboxes {
+		sb.mu.Lock()
+		if !sb.isFinal() && sb.spec.FromSnapshot != "" {
+			inUse[sb.spec.FromSnapshot] = true
+		}
+		sb.mu.Unlock()
+	}
+	m.mu.Unlock()
+	for _, sn := range list { // oldest first
+		if used+need <= q {
+			break
+		}
+		if sn.Labels[forkLabel] == "" || inUse[sn.ID] {
+			continue
+		}
+		if err := m.removeSnapshot(ctx, sn); err != nil {
+			return err
+		}
+		m.log.Info("snapshot garbage-collected (quota)", "snapshot", sn.ID, "bytes", sn.Size)
+		used -= sn.Size
+	}
+	if used+need > q {
+		return fmt.Errorf("snapshot quota: %d bytes more would make %d of the daemon's snapshot_quota of %d bytes; delete snapshots (airlock snapshots rm) first: %w", need, used+need, q, errdefs.ErrConflict)
+	}
+	return nil
+}
+
+func (m *Manager) removeSnapshot(ctx context.Context, sn *store.Snapshot) error {
+	if err := m.st.DeleteSnapshot(ctx, sn.ID); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(m.snapDir(sn.ID)); err != nil {
+		m.log.Error("remove snapshot files", "snapshot", sn.ID, "err", err)
+	}
+	return nil
+}
+
+// CreateSnapshot snapshots a sandbox's workspace.
+func (m *Manager) CreateSnapshot(ctx context.Context, id string, req *api.CreateSnapshotRequest) (api.Snapshot, error) {
+	if req.Name != "" && (!snapNameRE.MatchString(req.Name) || strings.HasPrefix(req.Name, "snap-")) {
+		return api.Snapshot{}, invalid("name %s: want 1-128 letters, digits, '.', '_' or '-', not starting with snap-", errdefs.Quote(req.Name))
+	}
+	if err := checkLabels(req.Labels); err != nil {
+		return api.Snapshot{}, err
+	}
+	return m.takeSnapshot(ctx, id, req.Name, req.Labels)
+}
+
+func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[string]string) (api.Snapshot, error) {
+	start := time.Now()
+	sb, rt, paused, err := m.liveForSnapshot(ctx, id)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	ws, err := m.workspaceOf(sb, rt)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	tenant, _ := TenantOf(ctx)
+	if name != "" {
+		if _, err := m.st.GetSnapshot(ctx, tenant, name); err == nil {
+			return api.Snapshot{}, fmt.Errorf("snapshot %s: the name is in use: %w", errdefs.Quote(name), errdefs.ErrExists)
+		}
+	}
+	m.snaps.mu.Lock()
+	defer m.snaps.mu.Unlock()
+	sid := newSnapID()
+	if name == "" {
+		name = sid
+	}
+	dir := m.snapDir(sid)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return api.Snapshot{}, fmt.Errorf("snapshot: %w", err)
+	}
+	var stats workspace.CopyStats
+	var copySecs float64
+	err = frozen(ctx, rt, paused, func() error {
+		// What the copy will take, before it is made: hard links are
+		// copied once per name, so this can exceed the volume's size.
+		need, err := treeSize(ws)
+		if err != nil {
+			return err
+		}
+		if err := m.makeRoom(ctx, need); err != nil {
+			return err
+		}
+		if err := roomOnDisk(m.cfg.SnapshotDir, need); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		stats, err = workspace.CopyTree(ws, filepath.Join(dir, "workspace"))
+		copySecs = time.Since(t0).Seconds()
+		return err
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		return api.Snapshot{}, fmt.Errorf("snapshot of %s: %w", id, err)
+	}
+	// The size is what the copy holds on the data disk.
+	if n, err := treeSize(filepath.Join(dir, "workspace")); err == nil {
+		stats.Bytes = n
+	}
+	sb.mu.Lock()
+	rec := store.Snapshot{ID: sid, Name: name, Tenant: tenant, SandboxID: sb.id, Image: sb.rec.Image, Spec: sb.spec.marshal(),
+		Labels: labels, Size: stats.Bytes, Files: stats.Entries, CreatedAt: time.Now().UTC()}
+	sb.mu.Unlock()
+	if err := m.st.PutSnapshot(ctx, &rec); err != nil {
+		os.RemoveAll(dir)
+		return api.Snapshot{}, err
+	}
+	v := snapshotView(&rec)
+	v.Seconds = time.Since(start).Seconds()
+	m.log.Debug("snapshot", "sandbox", id, "snapshot", sid, "bytes", stats.Bytes, "entries", stats.Entries, "copy_s", copySecs, "total_s", v.Seconds)
+	return v, nil
+}
+
+// ListSnapshots lists the caller's tenant's snapshots (every one for an
+// operator key).
+func (m *Manager) ListSnapshots(ctx context.Context) (api.SnapshotList, error) {
+	used, list, err := m.usedBytes(ctx)
+	if err != nil {
+		return api.SnapshotList{}, err
+	}
+	out := api.SnapshotList{Snapshots: []api.Snapshot{}, Used: used, Quota: m.cfg.SnapshotQuota}
+	for _, sn := range list {
+		if maySee(ctx, sn.Tenant) {
+			out.Snapshots = append(out.Snapshots, snapshotView(sn))
+		}
+	}
+	return out, nil
+}
+
+// GetSnapshot returns one snapshot.
+func (m *Manager) GetSnapshot(ctx context.Context, ref string) (api.Snapshot, error) {
+	sn, err := m.findSnapshot(ctx, ref)
+	if err != nil {
+		return api.Snapshot{}, err
+	}
+	return snapshotView(sn), nil
+}
+
+// DeleteSnapshot removes a snapshot and its files. Sandboxes made from it
+// keep their own copies.
+func (m *Manager) DeleteSnapshot(ctx context.Context, ref string) error {
+	sn, err := m.findSnapshot(ctx, ref)
+	if err != nil {
+		return err
+	}
+	m.snaps.mu.Lock()
+	defer m.snaps.mu.Unlock()
+	return m.removeSnapshot(ctx, sn)
+}
+
+// resolveSnapshot checks a create request's from_snapshot: the snapshot
+// must be the caller's and of the request's image (an empty image takes
+// the snapshot's).
+func (m *Manager) resolveSnapshot(ctx context.Context, req *api.CreateSandboxRequest) (*store.Snapshot, error) {
+	if err := m.snapReady(); err != nil {
+		return nil, err
+	}
+	sn, err := m.findSnapshot(ctx, req.FromSnapshot)
+	if err != nil {
+		return nil, err
+	}
+	if req.Image == "" {
+		req.Image = sn.Image
+	}
+	if req.Image != sn.Image {
+		return nil, invalid("from_snapshot %s: a snapshot of image %s, not %s", errdefs.Quote(req.FromSnapshot), errdefs.Quote(sn.Image), errdefs.Quote(req.Image))
+	}
+	req.FromSnapshot = sn.ID
+	return sn, nil
+}
+
+// fillFromSnapshot copies a snapshot into a new sandbox's workspace.
+func (m *Manager) fillFromSnapshot(sb *Sandbox, sn *store.Snapshot) error {
+	sb.mu.Lock()
+	rt := sb.rt
+	sb.mu.Unlock()
+	if rt == nil {
+		return fmt.Errorf("sandbox %s ended while it was being created: %w", sb.id, errdefs.ErrUnavailable)
+	}
+	ws, err := m.workspaceOf(sb, rt)
+	if err != nil {
+		return err
+	}
+	if err := fitsVolume(ws, sn); err != nil {
+		return err
+	}
+	m.snaps.mu.RLock()
+	defer m.snaps.mu.RUnlock()
+	if _, err := m.st.GetSnapshot(context.Background(), "", sn.ID); err != nil {
+		return fmt.Errorf("from_snapshot %s: deleted meanwhile: %w", sn.ID, errdefs.ErrNotFound)
+	}
+	if _, err := workspace.CopyInto(m.snapTree(sn.ID), ws); err != nil {
+		return fmt.Errorf("from_snapshot %s: %w", sn.ID, err)
+	}
+	return nil
+}
+
+// fitsVolume refuses a snapshot larger than a volume can hold.
+func fitsVolume(ws string, sn *store.Snapshot) error {
+	var s unix.Statfs_t
+	if err := unix.Statfs(ws, &s); err != nil {
+		return err
+	}
+	if total := int64(s.Blocks) * s.Bsize; sn.Size > total || uint64(sn.Files) > s.Files {
+		return invalid("snapshot %s holds %d bytes in %d files; the sandbox's workspace holds at most %d bytes and %d files (resources.disk)", sn.ID, sn.Size, sn.Files, total, s.Files)
+	}
+	return nil
+}
+
+// Fork makes count sandboxes from a snapshot of a sandbox's current
+// state. All or nothing: past admission nothing is made (429), and a
+// creation that fails removes the sandboxes made so far and the snapshot.
+func (m *Manager) Fork(ctx context.Context, id string, req *api.ForkRequest) (api.ForkResult, error) {
+	start := time.Now()
+	n := req.Count
+	if n == 0 {
+		n = 1
+	}
+	if n < 0 || n > maxFork {
+		return api.ForkResult{}, invalid("count: %d, want 1 to %d", req.Count, maxFork)
+	}
+	if err := checkLabels(req.Labels); err != nil {
+		return api.ForkResult{}, err
+	}
+	m.adm.mu.Lock()
+	free := m.adm.maxLive - m.adm.live
+	m.adm.mu.Unlock()
+	if n > free {
+		return api.ForkResult{}, &errdefs.RetryError{After: time.Second, Err: fmt.Errorf("fork of %d: only %d more sandboxes fit under max_sandboxes (%d); nothing was made: %w", n, max(free, 0), m.adm.maxLive, errdefs.ErrExhausted)}
+	}
+	sb, err := m.lookup(ctx, id)
+	if err != nil {
+		return api.ForkResult{}, err
+	}
+	sb.mu.Lock()
+	spec := sb.spec
+	sb.mu.Unlock()
+	snap, err := m.takeSnapshot(ctx, id, "", map[string]string{forkLabel: id})
+	if err != nil {
+		return api.ForkResult{}, err
+	}
+	labels := map[string]string{}
+	for k, v := range req.Labels {
+		labels[k] = v
+	}
+	labels["airlock.fork.parent"] = id
+	base := api.CreateSandboxRequest{Image: spec.Image, PolicyName: spec.PolicyName, Policy: spec.Policy, Resources: spec.Resources,
+		Env: spec.Env, Caches: spec.Caches, Record: spec.Record, Labels: labels, FromSnapshot: snap.ID}
+	out := make([]api.Sandbox, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := base
+			out[i], errs[i] = m.Create(ctx, &r)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for i := range out {
+			if errs[i] == nil {
+				if derr := m.Delete(context.WithoutCancel(ctx), out[i].ID); derr != nil {
+					m.log.Error("fork: remove a sibling", "sandbox", out[i].ID, "err", derr)
+				}
+			}
+		}
+		if sn, ferr := m.st.GetSnapshot(context.WithoutCancel(ctx), "", snap.ID); ferr == nil {
+			m.snaps.mu.Lock()
+			m.removeSnapshot(context.WithoutCancel(ctx), sn)
+			m.snaps.mu.Unlock()
+		}
+		// The first error says why (admission: 429).
+		for _, e := range errs {
+			if e != nil {
+				return api.ForkResult{}, fmt.Errorf("fork of %s (nothing was kept): %w", id, e)
+			}
+		}
+	}
+	return api.ForkResult{Snapshot: snap, Sandboxes: out, Seconds: time.Since(start).Seconds()}, nil
+}
+
+// Restore puts a sandbox's workspace back to a snapshot, in place: it
+// keeps its id, policy, network audit and record. Its processes are
+// killed (the init stays): they would see their files change under them.
+func (m *Manager) Restore(ctx context.Context, id string, req *api.RestoreRequest) (api.Sandbox, error) {
+	sb, rt, paused, err := m.liveForSnapshot(ctx, id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	ws, err := m.workspaceOf(sb, rt)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	sn, err := m.findSnapshot(ctx, req.Snapshot)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	sb.mu.Lock()
+	image := sb.rec.Image
+	sb.mu.Unlock()
+	if sn.Image != image {
+		return api.Sandbox{}, invalid("snapshot %s is of image %s; sandbox %s runs image %s", errdefs.Quote(req.Snapshot), errdefs.Quote(sn.Image), id, errdefs.Quote(image))
+	}
+	if err := fitsVolume(ws, sn); err != nil {
+		return api.Sandbox{}, err
+	}
+	m.snaps.mu.Lock()
+	defer m.snaps.mu.Unlock()
+	err = frozen(ctx, rt, paused, func() error {
+		if err := killAllButInit(rt.Info().CgroupPaths); err != nil {
+			return err
+		}
+		if err := workspace.EmptyDir(ws); err != nil {
+			return err
+		}
+		_, err := workspace.CopyInto(m.snapTree(sn.ID), ws)
+		return err
+	})
+	if err != nil {
+		return api.Sandbox{}, fmt.Errorf("restore of %s to %s: %w", id, sn.ID, err)
+	}
+	sb.mu.Lock()
+	sb.spec.FromSnapshot = sn.ID
+	r := sb.rec
+	r.Spec = sb.spec.marshal()
+	sb.mu.Unlock()
+	if err := m.st.PutSandbox(ctx, &r); err != nil {
+		return api.Sandbox{}, err
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	sb.rec.Spec = r.Spec
+	return sb.view(), nil
+}
+
+// killAllButInit sends SIGKILL to every process of the sandbox's cgroups
+// but its init (PID 1 of its PID namespace), through pidfds. The sandbox
+// is frozen: the set cannot change, and they die when it thaws.
+func killAllButInit(cgroups []string) error {
+	if len(cgroups) == 0 {
+		return fmt.Errorf("restore: the sandbox has no cgroup to find its processes in: %w", errdefs.ErrNotSupported)
+	}
+	pids := map[int]bool{}
+	for _, cg := range cgroups {
+		filepath.WalkDir(cg, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return nil
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if n, err := strconv.Atoi(f); err == nil {
+					pids[n] = true
+				}
+			}
+			return nil
+		})
+	}
+	var errs []error
+	for pid := range pids {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue // gone
+		}
+		if nsPid(pid) != 1 {
+			if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, fmt.Errorf("kill %d: %w", pid, err))
+			}
+		}
+		unix.Close(fd)
+	}
+	return errors.Join(errs...)
+}
+
+// nsPid is a process's pid in its own PID namespace (-1: unknown).
+func nsPid(pid int) int {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "NSpid:"); ok {
+			fs := strings.Fields(v)
+			if n, err := strconv.Atoi(fs[len(fs)-1]); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+// Changes lists a sandbox's workspace changes since a snapshot (since) or
+// since its creation: from the snapshot it was made from or last
+// restored to, or from an empty workspace.
+func (m *Manager) Changes(ctx context.Context, id, since string, diff bool) (api.Changes, error) {
+	sb, rt, paused, err := m.liveForSnapshot(ctx, id)
+	if err != nil {
+		return api.Changes{}, err
+	}
+	ws, err := m.workspaceOf(sb, rt)
+	if err != nil {
+		return api.Changes{}, err
+	}
+	old := filepath.Join(m.cfg.SnapshotDir, ".empty")
+	if since == "" {
+		sb.mu.Lock()
+		since = sb.spec.FromSnapshot
+		sb.mu.Unlock()
+		if since != "" {
+			if _, err := m.st.GetSnapshot(ctx, "", since); err != nil {
+				return api.Changes{}, conflict("sandbox %s was made from snapshot %s, which was deleted; name another with since", id, since)
+			}
+		}
+	}
+	if since != "" {
+		sn, err := m.findSnapshot(ctx, since)
+		if err != nil {
+			return api.Changes{}, err
+		}
+		since, old = sn.ID, m.snapTree(sn.ID)
+	}
+	var list []workspace.Change
+	err = frozen(ctx, rt, paused, func() error {
+		var err error
+		list, err = workspace.CompareTrees(old, ws, diff)
+		return err
+	})
+	if err != nil {
+		return api.Changes{}, fmt.Errorf("changes of %s: %w", id, err)
+	}
+	out := api.Changes{Since: since, Changes: make([]api.Change, 0, len(list))}
+	sort.Slice(list, func(i, j int) bool { return list[i].Path < list[j].Path })
+	var diffBytes int
+	for _, c := range list {
+		if diffBytes += len(c.Diff); diffBytes > maxDiffBytes {
+			c.Diff, out.DiffsTruncated = "", true
+		}
+		out.Changes = append(out.Changes, api.Change{Path: c.Path, Kind: c.Kind, Type: c.Type, OldMode: c.OldMode, NewMode: c.NewMode,
+			OldTarget: c.OldTarget, NewTarget: c.NewTarget, OldSize: c.OldSize, Size: c.Size, Binary: c.Binary, Diff: c.Diff})
+	}
+	return out, nil
+}
