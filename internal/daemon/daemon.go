@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/e2b"
 	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/manager"
+	"github.com/airlock-dev/airlock/internal/runtime/gvisor"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/server"
 	"github.com/airlock-dev/airlock/internal/store"
@@ -122,6 +123,18 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 		return errors.New("config: uid_pool needs root: rootless, root inside a sandbox is the daemon's user (one uid)")
 	}
 	mc.Runtime, mc.Adopter, mc.Store, mc.Log = rt, rt, st, log
+	if !c.Ephemeral {
+		// gVisor sandboxes beside the native ones, in a state root of
+		// their own (runsc's state and the bundles); available while
+		// runsc is installed (checked at each creation).
+		gv := &gvisor.Runtime{Detached: true, Agent: true, StateRoot: filepath.Clean(c.StateDir) + "-gvisor"}
+		mc.Runtimes = map[string]manager.Backend{gvisor.Name: gv}
+		if mc.DefaultRuntime == gvisor.Name {
+			if err := gv.Available(); err != nil {
+				return fmt.Errorf("config: default_runtime gvisor: %w", err)
+			}
+		}
+	}
 	// One set of caches for every caller (made on first use, mode 0700).
 	mc.CacheDir = filepath.Join(c.DataDir, "caches")
 	mc.Metrics = manager.NewMetrics()

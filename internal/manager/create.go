@@ -48,7 +48,7 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (_ 
 	// Pool members have no record: a sandbox with one is always made for
 	// its caller.
 	if rec.Policy == "" && rec.Resources == (api.Resources{}) && len(rec.Caches) == 0 && !rec.Record && !(tenant && len(p.Caches) > 0) {
-		sb = m.takePooled(poolKey(req.Image, req.PolicyName))
+		sb = m.takePooled(poolKey(rec.Runtime, req.Image, req.PolicyName))
 	}
 	if sb != nil {
 		source = "pool"
@@ -140,7 +140,7 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 		return nil, err
 	}
 	if rec.Record {
-		if err := m.checkRecord(); err != nil {
+		if err := m.checkRecord(rec.Runtime); err != nil {
 			return nil, err
 		}
 	}
@@ -209,7 +209,13 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 			sb.mu.Unlock()
 		}
 	}
-	rt, err := m.cfg.Runtime.Create(ctx, spec)
+	backend, err := m.cfg.backend(rec.Runtime)
+	if err != nil {
+		stopRecord()
+		forget()
+		return nil, err
+	}
+	rt, err := backend.Create(ctx, spec)
 	if err != nil {
 		stopRecord()
 		forget()
@@ -286,7 +292,7 @@ func (m *Manager) writeFiles(ctx context.Context, rt runtime.Sandbox, files []ap
 	}
 	fs, ok := rt.(runtime.Files)
 	if !ok {
-		return fmt.Errorf("files: the %s runtime serves no files: %w", m.cfg.Runtime.Name(), errdefs.ErrNotSupported)
+		return fmt.Errorf("files: the %s runtime serves no files: %w", runtimeOf(rt), errdefs.ErrNotSupported)
 	}
 	for i, f := range files {
 		p := f.Path

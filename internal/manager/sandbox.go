@@ -52,6 +52,9 @@ type specRecord struct {
 	Network *api.NetworkPolicy `json:"network,omitempty"`
 	// Record: the sandbox has an activity record.
 	Record bool `json:"record,omitempty"`
+	// Runtime is the sandbox's backend ("native", "gvisor"); "" in
+	// records from before there was a choice: native.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 func (s specRecord) marshal() []byte {

@@ -42,6 +42,9 @@ const (
 func InitMain() {
 	// Like the native init: commands (same uid) cannot look into it.
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	if len(os.Args) > 2 && os.Args[2] == agentModeArg {
+		agentMain(os.Args[3:])
+	}
 	var fwd []string
 	for _, a := range os.Args[2:] {
 		if v, ok := strings.CutPrefix(a, "--forward="); ok {
