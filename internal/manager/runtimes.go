@@ -50,9 +50,6 @@ func (c *Config) runtimeName(req, pol string) string {
 // to install it).
 func (c *Config) backend(name string) (runtime.Runtime, error) {
 	if name == "" || name == policy.RuntimeNative {
-		if c.Runtime == nil {
-			return nil, invalid("runtime native: not offered by this daemon")
-		}
 		return c.Runtime, nil
 	}
 	b, ok := c.Runtimes[name]

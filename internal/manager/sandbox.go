@@ -89,7 +89,10 @@ func (sb *Sandbox) view() api.Sandbox {
 		Policy: sb.spec.PolicyName, Reason: r.Reason, CreatedAt: r.CreatedAt,
 		ExpiresAt: r.ExpiresAt, EndedAt: r.EndedAt, LastActivityAt: sb.activity,
 		IdleTimeoutSeconds: r.IdleTimeout.Seconds(), Resources: sb.spec.Resources,
-		Tenant: r.Tenant, Record: sb.spec.Record,
+		Tenant: r.Tenant, Record: sb.spec.Record, Runtime: sb.spec.Runtime,
+	}
+	if v.Runtime == "" {
+		v.Runtime = "native"
 	}
 	if sb.spec.Policy != "" {
 		v.Policy = "inline"
