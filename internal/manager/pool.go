@@ -60,7 +60,7 @@ func (m *Manager) takePooled(key string) *Sandbox {
 		}
 		sb := pl.ready[len(pl.ready)-1]
 		pl.ready = pl.ready[:len(pl.ready)-1]
-		m.met.poolReady.With(pl.image, pl.policy).Set(float64(len(pl.ready)))
+		m.met.setPoolReady(pl)
 		pl.mu.Unlock()
 		sb.mu.Lock()
 		ok := !sb.ending && sb.rt != nil && sb.rec.State == api.StateRunning
@@ -123,7 +123,7 @@ func (m *Manager) fill(pl *pool) {
 			if err == nil {
 				pl.ready = append(pl.ready, sb)
 			}
-			m.met.poolReady.With(pl.image, pl.policy).Set(float64(len(pl.ready)))
+			m.met.setPoolReady(pl)
 			pl.mu.Unlock()
 			if err != nil {
 				m.log.Error("warm pool: create", "image", pl.image, "policy", pl.policy, "err", err)
@@ -203,4 +203,13 @@ func (m *Manager) PoolSizes() map[string]int {
 		pl.mu.Unlock()
 	}
 	return out
+}
+
+// setPoolReady reports a pool's ready members (the caller holds pl.mu).
+func (m *Metrics) setPoolReady(pl *pool) {
+	n := float64(len(pl.ready))
+	if pl.runtime == policy.RuntimeNative {
+		m.poolReady.With(pl.image, pl.policy).Set(n)
+	}
+	m.poolReadyRT.With(pl.runtime, pl.image, pl.policy).Set(n)
 }
