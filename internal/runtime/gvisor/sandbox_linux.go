@@ -483,9 +483,11 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 		if sb.watch != nil {
 			sb.watch.Close()
 		}
-		if sb.created && sb.oneShot {
+		if sb.created {
 			// An attached `runsc run` that ended deleted its container
-			// itself; one killed under us left its state to delete.
+			// itself (one killed under us left its state to delete), and
+			// a `runsc run` that failed early made none: nothing for
+			// runsc to delete when it keeps no state for the id.
 			if m, _ := filepath.Glob(filepath.Join(sb.rt.stateRoot(), "runsc", "*"+sb.id+"*")); len(m) == 0 {
 				sb.created = false
 			}
