@@ -5,7 +5,7 @@ package serve
 // The service's API on every backend the daemon offers, from one table:
 // each backend runs the same steps (create, exec with streamed output,
 // background processes reattached by cursor, stdin, a PTY, files and tar
-// up and down, pause/resume, TTL, kill -9 of the daemon and re-adoption,
+// up and down, a port tunnel, pause/resume, TTL, kill -9 of the daemon and re-adoption,
 // delete leaving nothing on the host). A backend that is not installed is
 // skipped with the reason (CI installs runsc, so it runs there).
 
@@ -285,6 +285,37 @@ func testBackendService(t *testing.T, b serveBackend) {
 		}
 		if b, err := os.ReadFile(filepath.Join(dst, "up", "sub", "y.txt")); err != nil || string(b) != "yy\n" {
 			t.Fatalf("downloaded y.txt: %q %v", b, err)
+		}
+	})
+
+	t.Run("port", func(t *testing.T) {
+		// Nothing listens yet: 503; the control is the same port once a
+		// server inside listens on it.
+		_, err := d.c.DialPort(ctx, sb.ID, 7071)
+		wantCode(t, "tunnel to a port nothing listens on", err, http.StatusServiceUnavailable)
+		srv := "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('127.0.0.1', 7071))\ns.listen(1)\nprint('ready', flush=True)\nc, _ = s.accept()\nc.sendall(c.recv(100).upper())\nc.close()\n"
+		p, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"python3", "-c", srv}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := d.c.Output(ctx, sb.ID, p.ID, client.OutputOptions{Follow: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := st.Next()
+		st.Close()
+		if err != nil || string(ev.Data) != "ready\n" {
+			t.Fatalf("server output: %+v %v", ev, err)
+		}
+		tun, err := d.c.DialPort(ctx, sb.ID, 7071)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tun.Close()
+		io.WriteString(tun, "hello tunnel\n")
+		got, err := io.ReadAll(tun)
+		if err != nil || string(got) != "HELLO TUNNEL\n" {
+			t.Fatalf("through the tunnel: %q %v", got, err)
 		}
 	})
 

@@ -17,12 +17,17 @@ package gvisor
 // (adoption after kill -9).
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -34,12 +39,16 @@ import (
 const (
 	guestAgent   = guestDir + "/agent"
 	agentSocket  = "agent.sock"
+	portsSocket  = "ports.sock"
 	agentModeArg = "agent"
 )
 
-// listenerFD is where the agent's listening socket comes across the
-// init's re-execution (see agentMain).
-const listenerFD = 3
+// listenerFD and portsFD are where the agent's listening sockets come
+// across the init's re-execution (see agentMain).
+const (
+	listenerFD = 3
+	portsFD    = 4
+)
 
 // agentMain is InitMain in agent mode; it never returns. It runs twice:
 // first with CAP_SYS_ADMIN and CAP_SETPCAP, to make the socket, cover its
@@ -66,9 +75,13 @@ func agentMain(args []string) {
 	}
 	if !stage2 {
 		goruntime.LockOSThread()
-		l, err := listenAgent(filepath.Join(guestAgent, agentSocket))
+		l, err := listenAgent(filepath.Join(guestAgent, agentSocket), unix.SOCK_SEQPACKET)
 		if err != nil {
 			die("agent socket", err)
+		}
+		pl, err := listenAgent(filepath.Join(guestAgent, portsSocket), unix.SOCK_STREAM)
+		if err != nil {
+			die("ports socket", err)
 		}
 		if err := unix.Mount("tmpfs", guestAgent, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4096,mode=000"); err != nil {
 			die("hide the agent directory", err)
@@ -78,19 +91,28 @@ func agentMain(args []string) {
 				die("drop capabilities", err)
 			}
 		}
-		if fd := int(l.Fd()); fd == listenerFD {
-			_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0)
-		} else {
-			err = unix.Dup3(fd, listenerFD, 0)
-		}
-		if err != nil {
-			die("agent socket", err)
+		for _, x := range []struct {
+			f  *os.File
+			fd int
+		}{{l, listenerFD}, {pl, portsFD}} {
+			if fd := int(x.f.Fd()); fd == x.fd {
+				_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0)
+			} else {
+				err = unix.Dup3(fd, x.fd, 0)
+			}
+			if err != nil {
+				die("agent sockets", err)
+			}
 		}
 		argv := append([]string{guestInit, InitArg, agentModeArg, "--stage2"}, args...)
 		die("re-execute", unix.Exec(guestInit, argv, os.Environ()))
 	}
 	unix.CloseOnExec(listenerFD)
+	unix.CloseOnExec(portsFD)
 	l := os.NewFile(listenerFD, "agent-listener")
+	if pl, err := net.FileListener(os.NewFile(portsFD, "ports-listener")); err == nil {
+		go servePorts(pl)
+	}
 	if err := noCapabilities(); err != nil {
 		die("capabilities", err)
 	}
@@ -136,9 +158,44 @@ func agentMain(args []string) {
 	os.Exit(0)
 }
 
-// listenAgent binds a SOCK_SEQPACKET socket at path, mode 0600.
-func listenAgent(path string) (*os.File, error) {
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+// servePorts relays each connection of the supervisor on the ports
+// socket to a TCP port on the sandbox's loopback (port previews): the
+// supervisor writes the port as a decimal line, the agent answers "ok" or
+// "error MESSAGE" on a line, then relays. The connection comes from the
+// host; the sandbox gains no way out.
+func servePorts(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			line, err := bufio.NewReader(io.LimitReader(c, 16)).ReadString('\n')
+			c.SetReadDeadline(time.Time{})
+			port, perr := strconv.Atoi(strings.TrimSpace(line))
+			if err != nil || perr != nil || port < 1 || port > 65535 {
+				io.WriteString(c, "error bad port\n")
+				return
+			}
+			u, err := net.DialTimeout("tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 5*time.Second)
+			if err != nil {
+				io.WriteString(c, "error "+strings.ReplaceAll(err.Error(), "\n", " ")+"\n")
+				return
+			}
+			if _, err := io.WriteString(c, "ok\n"); err != nil {
+				u.Close()
+				return
+			}
+			splice(c, u)
+		}()
+	}
+}
+
+// listenAgent binds a unix socket of type typ at path, mode 0600.
+func listenAgent(path string, typ int) (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}

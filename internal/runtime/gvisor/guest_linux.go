@@ -244,7 +244,13 @@ func relay(c net.Conn, sock string) {
 	if err != nil {
 		return
 	}
-	defer u.Close()
+	splice(c, u)
+}
+
+// splice copies both ways between a and b, half-closing each direction
+// as it ends, and closes b.
+func splice(a, b net.Conn) {
+	defer b.Close()
 	done := make(chan struct{}, 2)
 	half := func(dst, src net.Conn) {
 		io.Copy(dst, src)
@@ -253,8 +259,8 @@ func relay(c net.Conn, sock string) {
 		}
 		done <- struct{}{}
 	}
-	go half(u, c)
-	go half(c, u)
+	go half(b, a)
+	go half(a, b)
 	<-done
 	<-done
 }

@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -186,10 +187,68 @@ func (s *agentSandbox) Destroy(ctx context.Context) error {
 	return s.sandbox.Destroy(ctx)
 }
 
-// DialPort refuses: the sandbox's loopback is gVisor's own network stack,
-// which the host cannot enter.
+var _ runtime.PortDialer = (*agentSandbox)(nil)
+
+// DialPort implements runtime.PortDialer: the sandbox's loopback is
+// gVisor's own network stack, which the host cannot enter (and runsc's
+// port-forward refuses --network=none), so the agent relays: the
+// supervisor connects to the agent's ports socket (beside its control
+// socket, equally out of the sandbox's sight), names the port, and the
+// agent connects to 127.0.0.1:PORT inside and copies both ways.
 func (s *agentSandbox) DialPort(ctx context.Context, port int) (net.Conn, error) {
-	return nil, fmt.Errorf("port %d: a gvisor sandbox's ports cannot be reached from the host (its network is gVisor's own stack): %w", port, ErrUnsupported)
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("port %d: want 1 to 65535: %w", port, runtime.ErrInvalid)
+	}
+	dir := filepath.Join(s.dir, "agent")
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("agent directory: %w", err)
+	}
+	defer unix.Close(dfd)
+	var st unix.Stat_t
+	if err := unix.Fstatat(dfd, portsSocket, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, errors.New("this sandbox's agent relays no ports (made by an older airlock)")
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", dfd, portsSocket))
+	if err != nil {
+		return nil, fmt.Errorf("connect to the agent's ports socket: %w", err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	c.SetDeadline(deadline)
+	if _, err := fmt.Fprintf(c, "%d\n", port); err != nil {
+		c.Close()
+		return nil, err
+	}
+	// One byte at a time: nothing after the status line may be consumed.
+	var line []byte
+	b := make([]byte, 1)
+	for len(line) < 512 {
+		if _, err := c.Read(b); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("port %d: the agent did not answer: %w", port, err)
+		}
+		if b[0] == '\n' {
+			break
+		}
+		line = append(line, b[0])
+	}
+	c.SetDeadline(time.Time{})
+	if msg, ok := strings.CutPrefix(string(line), "error "); ok {
+		c.Close()
+		if strings.Contains(msg, "connection refused") {
+			return nil, fmt.Errorf("port %d: %s: %w", port, msg, unix.ECONNREFUSED)
+		}
+		return nil, fmt.Errorf("port %d: %s", port, msg)
+	}
+	if string(line) != "ok" {
+		c.Close()
+		return nil, fmt.Errorf("port %d: the agent answered %q", port, line)
+	}
+	return c, nil
 }
 
 func (s *agentSandbox) Stat(ctx context.Context, path string) (runtime.FileInfo, error) {
