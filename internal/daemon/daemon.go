@@ -214,6 +214,11 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 		destroyAll(sctx, m, log)
 	}
 	m.Close(sctx, true)
+	for _, b := range mc.Runtimes {
+		if r, ok := b.(interface{ Release() }); ok {
+			r.Release()
+		}
+	}
 	log.Info("stopped")
 	return err
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -209,6 +210,25 @@ func TestRuntimeBadInput(t *testing.T) {
 		createFails(t, d, api.CreateSandboxRequest{Runtime: "gvisor", Record: true}, "record", "gvisor")
 		createFails(t, d, api.CreateSandboxRequest{Policy: "runtime: gvisor\n", Record: true}, "record", "gvisor")
 		control(t, d, api.CreateSandboxRequest{Runtime: "gvisor"})
+		// A daemon that stops with no gvisor sandbox left leaves no
+		// mount behind (runsc pins a shared empty netns per root).
+		mounted := func() []string {
+			var out []string
+			mi, _ := os.ReadFile("/proc/self/mountinfo")
+			for _, l := range strings.Split(string(mi), "\n") {
+				if strings.Contains(l, d.dir+"/") {
+					out = append(out, l)
+				}
+			}
+			return out
+		}
+		if len(mounted()) == 0 {
+			t.Fatal("control: no mount under the daemon's directory while it runs (runsc's null netns)")
+		}
+		d.stop(syscall.SIGTERM)
+		if m := mounted(); len(m) > 0 {
+			t.Fatalf("mounts left after the daemon stopped: %v", m)
+		}
 	})
 }
 

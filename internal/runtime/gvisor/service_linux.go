@@ -448,3 +448,19 @@ func (r *Runtime) Available() error {
 	_, err := r.runsc()
 	return err
 }
+
+// Release drops what runsc shares between the sandboxes of this state
+// root when none is left: the mount that pins its empty ("null") network
+// namespace, which runsc makes once per root and would otherwise outlive
+// every sandbox. For a daemon that shuts down; sandboxes that still run
+// keep their own namespaces.
+func (r *Runtime) Release() {
+	if ids, err := r.List(); err != nil || len(ids) > 0 {
+		return
+	}
+	p := filepath.Join(r.stateRoot(), "runsc", "null-netns")
+	// Concurrent creations may have stacked mounts there.
+	for i := 0; i < 64 && unix.Unmount(p, unix.MNT_DETACH) == nil; i++ {
+	}
+	os.Remove(p)
+}
