@@ -352,10 +352,17 @@ func testBackendService(t *testing.T, b serveBackend) {
 			t.Fatalf("first output: %+v %v", ev, err)
 		}
 		cursor = ev.Cursor
+		// Paused when the daemon dies: paused again after re-adoption.
+		if p, err := d.c.Pause(ctx, sb.ID); err != nil || p.State != api.StatePaused {
+			t.Fatalf("pause: %+v %v", p, err)
+		}
 		d.restart(syscall.SIGKILL)
 		got, err := d.c.GetSandbox(ctx, sb.ID)
-		if err != nil || got.State != api.StateRunning || got.Runtime != b.name {
+		if err != nil || got.State != api.StatePaused || got.Runtime != b.name {
 			t.Fatalf("after kill -9 and restart: %+v %v\n%s", got, err, tail(d.Logs(), 30))
+		}
+		if got, err = d.c.Resume(ctx, sb.ID); err != nil || got.State != api.StateRunning {
+			t.Fatalf("resume after restart: %+v %v", got, err)
 		}
 		if err := d.c.WriteStdin(ctx, sb.ID, p.ID, strings.NewReader("go\n"), true); err != nil {
 			t.Fatalf("stdin of the re-adopted process: %v", err)
