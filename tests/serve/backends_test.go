@@ -288,6 +288,36 @@ func testBackendService(t *testing.T, b serveBackend) {
 		}
 	})
 
+	t.Run("large", func(t *testing.T) {
+		// Answers larger than one packet of the control channel: 3 MB of
+		// output, a 1200-entry listing.
+		p, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' x"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := d.c.FollowOutput(ctx, sb.ID, p.ID, "", func(ev api.OutputEvent) error {
+			switch ev.Kind {
+			case api.EventStdout:
+				if strings.Trim(string(ev.Data), "x") != "" {
+					return fmt.Errorf("unexpected bytes at %d", ev.Offset)
+				}
+				n += len(ev.Data)
+			case api.EventLost:
+				return fmt.Errorf("lost output: %+v", ev)
+			}
+			return nil
+		}); err != nil || n != 3000000 {
+			t.Fatalf("3 MB of output: %d bytes, %v", n, err)
+		}
+		d.sh(t, sb.ID, "mkdir /workspace/many && cd /workspace/many && i=0; while [ $i -lt 1200 ]; do : > file-with-a-longish-name-$i; i=$((i+1)); done")
+		ents, err := d.c.List(ctx, sb.ID, "/workspace/many")
+		if err != nil || len(ents) != 1200 {
+			t.Fatalf("listing of 1200 files: %d entries, %v", len(ents), err)
+		}
+		d.sh(t, sb.ID, "rm -r /workspace/many")
+	})
+
 	t.Run("port", func(t *testing.T) {
 		// Nothing listens yet: 503; the control is the same port once a
 		// server inside listens on it.
