@@ -129,10 +129,13 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 		// runsc is installed (checked at each creation).
 		gv := &gvisor.Runtime{Detached: true, Agent: true, StateRoot: filepath.Clean(c.StateDir) + "-gvisor"}
 		mc.Runtimes = map[string]manager.Backend{gvisor.Name: gv}
-		if mc.DefaultRuntime == gvisor.Name {
-			if err := gv.Available(); err != nil {
+		if err := gv.Available(); err != nil {
+			if mc.DefaultRuntime == gvisor.Name {
 				return fmt.Errorf("config: default_runtime gvisor: %w", err)
 			}
+			log.Info("runtime gvisor unavailable until runsc is installed", "reason", err)
+		} else {
+			log.Info("runtime gvisor available", "state_dir", gv.StateRoot)
 		}
 	}
 	// One set of caches for every caller (made on first use, mode 0700).
