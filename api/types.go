@@ -67,6 +67,8 @@ type Sandbox struct {
 	// Record is true for a sandbox made with an activity record
 	// (CreateSandboxRequest.Record): GET /v1/sandboxes/{id}/events.
 	Record bool `json:"record,omitempty"`
+	// Runtime is the sandbox's isolation backend: "native" or "gvisor".
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Resources are a sandbox's limits. Sizes are strings with an optional
@@ -83,10 +85,10 @@ type CreateSandboxRequest struct {
 	// Image names an image from the daemon's configuration; "" is the
 	// host's system directories, read-only.
 	Image string `json:"image,omitempty"`
-	// Runtime is the isolation backend, overriding the policy's: "" or
-	// "native". The daemon offers no other backend yet ("gvisor" is
-	// refused with a 400 naming it; `airlock run --runtime gvisor` has
-	// it).
+	// Runtime is the isolation backend, overriding the policy's:
+	// "native" or "gvisor" ("": the policy's, else the daemon's
+	// default_runtime, else native). gvisor needs runsc on the daemon's
+	// host: without it, a 400 naming the install command.
 	Runtime string `json:"runtime,omitempty"`
 	// PolicyName names a policy from the daemon's configuration. Policy is
 	// an inline policy document (YAML, the `airlock run` format); it may

@@ -44,11 +44,17 @@ func runServe(args []string) int {
 	e2bN := fs.Int("e2b-n", 20, "samples of each E2B row")
 	e2bOnly := fs.Bool("e2b-only", false, "measure only the E2B rows")
 	tsSDK := addTypeScriptFlag(fs)
+	gvIdle := fs.Int("gvisor-idle", 20, "idle gVisor sandboxes for their memory measurement (0 skips the gvisor rows)")
+	gvOnly := fs.Bool("gvisor-only", false, "measure only the gvisor rows")
 	fs.Parse(args)
 	al, err := filepath.Abs(*airlockPath)
 	if err != nil {
 		logf("%v", err)
 		return 2
+	}
+	if *gvOnly {
+		gvisorServeRows(al, *n, *gvIdle)
+		return 0
 	}
 	if *e2bOnly {
 		e2bRows(al, *e2bSDK, *tsSDK, *e2bN)
@@ -256,6 +262,9 @@ func runServe(args []string) int {
 	if len(warm) > 0 && len(bw) > 0 {
 		fmt.Printf("\nratios (median): warm create+exec / bwrap = %.2f; cold / bwrap = %.2f; one-shot run / warm = %.2f\n",
 			median(sorted(warm))/median(sorted(bw)), median(sorted(cold))/median(sorted(bw)), median(sorted(oneshot))/median(sorted(warm)))
+	}
+	if *gvIdle > 0 {
+		gvisorServeRows(al, *n, *gvIdle)
 	}
 	pythonRows(c, sock, *n, *pySDK)
 	if *e2bSDK != "" {

@@ -40,7 +40,7 @@ expires, or it stays idle for its idle timeout.`,
 	fl.StringArrayVarP(&f.labels, "label", "l", nil, "label KEY=VALUE (repeatable)")
 	fl.StringVarP(&f.policyFile, "policy", "p", "", "policy file (YAML, the airlock run format without host paths), sent inline")
 	fl.StringVar(&f.policyName, "policy-name", "", "name of a policy of the daemon's configuration")
-	fl.StringVar(&f.runtime, "runtime", "", "isolation backend: native (default); the daemon offers no other yet")
+	fl.StringVar(&f.runtime, "runtime", "", "isolation backend: native or gvisor (default: the policy's, else the daemon's default_runtime)")
 	fl.StringVar(&f.image, "image", "", "name of an image of the daemon's configuration (default: the host's system directories, read-only)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE for every process, or pass KEY from this environment (repeatable)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "lifetime: the sandbox is killed that long after its creation (default: the daemon's)")

@@ -53,7 +53,12 @@ func (c *Conn) Send(m *Message, fds ...int) error {
 		}
 		defer spill.Close()
 		header, _ := json.Marshal(&Message{Type: m.Type, Spill: true})
-		return c.send(header, append([]int{int(spill.Fd())}, fds...))
+		err = c.send(header, append([]int{int(spill.Fd())}, fds...))
+		if err == nil || len(fds) > 0 || len(b) > inlineFallback {
+			return err
+		}
+		// A channel that carries no descriptors out (a host socket of
+		// gVisor's): the message inline, if the packet is taken.
 	}
 	return c.send(b, fds)
 }
@@ -175,9 +180,9 @@ func (c *Conn) Recv() (*Message, []*os.File, error) {
 		}
 		return m, files, nil
 	}
-	if n > inlineMax {
+	if n > inlineFallback {
 		closeAll(files)
-		return nil, nil, fmt.Errorf("bad control message: inline message over %d bytes", inlineMax)
+		return nil, nil, fmt.Errorf("bad control message: inline message over %d bytes", inlineFallback)
 	}
 	var m Message
 	if err := json.Unmarshal(c.buf[:n], &m); err != nil {

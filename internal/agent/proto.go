@@ -108,6 +108,9 @@ const (
 // travels as the packet's first descriptor, behind a small header.
 const (
 	inlineMax = 32 << 10
+	// inlineFallback bounds a message sent inline because it could not be
+	// spilled (see Conn.Send); it fits the host's default socket buffer.
+	inlineFallback = 160 << 10
 	// MaxMessage bounds one message, spilled or not.
 	MaxMessage = 16 << 20
 )

@@ -135,6 +135,15 @@ func (s *Server) send(m *Message, fds ...int) {
 	if s.conn != nil && s.conn.Send(m, fds...) == nil {
 		return
 	}
+	if s.conn != nil && m.Type == TypeFileResult && m.Result != nil && m.Result.Error == "" {
+		// An answer too large for the channel (a listing of a huge
+		// directory where no message can be spilled): the caller gets
+		// an error instead of waiting for an answer that never comes.
+		if s.conn.Send(&Message{Type: TypeFileResult, Result: &FileResult{Seq: m.Result.Seq, Kind: KindTooLarge,
+			Error: "the answer is too large for the sandbox's control channel"}}) == nil {
+			return
+		}
+	}
 	// Undelivered: keep exits for the next supervisor, drop the rest
 	// (replies to requests of a supervisor that is gone).
 	if m.Type == TypeExit && m.Exit != nil && len(s.pending) < maxPending {
@@ -148,6 +157,15 @@ func (s *Server) sendData(d *Data, raw bool) {
 	if raw && len(d.Data) > 0 {
 		s.sendM.Lock()
 		sent := s.conn != nil && s.conn.SendPayload(d) == nil
+		if !sent && s.conn != nil && len(d.Data) > smallRead {
+			// The channel takes smaller packets than asked for (a host
+			// socket of gVisor's keeps the host's default buffer, and
+			// carries no spilled message): answer with the first bytes;
+			// the reader goes on from there.
+			short := *d
+			short.Data, short.EOF = d.Data[:smallRead], false
+			sent = s.conn.SendPayload(&short) == nil
+		}
 		s.sendM.Unlock()
 		if sent {
 			return
@@ -155,6 +173,9 @@ func (s *Server) sendData(d *Data, raw bool) {
 	}
 	s.send(&Message{Type: TypeData, Data: d})
 }
+
+// smallRead is the size of a read's answer that fits any channel's packet.
+const smallRead = 64 << 10
 
 // reconnect drops the dead channel and waits for the next supervisor on the
 // listener.

@@ -54,11 +54,14 @@ type Config struct {
 	// record: true (0: 100000).
 	RecordMaxEvents int `yaml:"record_max_events"`
 
-	Images       map[string]string    `yaml:"images"`
-	Policies     map[string]string    `yaml:"policies"`
-	Pools        []manager.PoolConfig `yaml:"pools"`
-	CgroupParent string               `yaml:"cgroup_parent"`
-	EgressHosts  map[string][]string  `yaml:"egress_hosts"`
+	Images   map[string]string    `yaml:"images"`
+	Policies map[string]string    `yaml:"policies"`
+	Pools    []manager.PoolConfig `yaml:"pools"`
+	// DefaultRuntime is the isolation backend of sandboxes whose request
+	// and policy name none: native (""), or gvisor.
+	DefaultRuntime string              `yaml:"default_runtime"`
+	CgroupParent   string              `yaml:"cgroup_parent"`
+	EgressHosts    map[string][]string `yaml:"egress_hosts"`
 	// EgressHostPorts are the ports of the host's loopback that sandbox
 	// policies may open with host.airlock.internal:PORT (none by
 	// default). The daemon's own listen address is never reachable.
@@ -313,8 +316,8 @@ func (c *Config) manager() (manager.Config, int64, error) {
 		if err := mc.HostAccess.Check(p.Network); err != nil {
 			return mc, 0, fmt.Errorf("config: policies.%s: %v (add the port to egress_host_ports)", name, err)
 		}
-		if p.Runtime != "" && p.Runtime != policy.RuntimeNative {
-			return mc, 0, fmt.Errorf("config: policies.%s: runtime %s is not available in airlock serve yet; use runtime: native (airlock run --runtime %s has it)", name, p.Runtime, p.Runtime)
+		if p.Runtime != "" && p.Runtime != policy.RuntimeNative && c.Ephemeral {
+			return mc, 0, fmt.Errorf("config: policies.%s: runtime %s: airlock mcp's private daemon offers only runtime native", name, p.Runtime)
 		}
 		mc.Policies[name] = p
 	}
@@ -349,6 +352,15 @@ func (c *Config) manager() (manager.Config, int64, error) {
 	// so that two daemons never share it.
 	mc.EgressDir = filepath.Clean(c.StateDir) + "-egress"
 	mc.Pools = c.Pools
+	switch c.DefaultRuntime {
+	case "", policy.RuntimeNative, policy.RuntimeGVisor:
+		mc.DefaultRuntime = c.DefaultRuntime
+	default:
+		return mc, 0, fmt.Errorf("config: default_runtime: unknown runtime %q: want %s or %s", c.DefaultRuntime, policy.RuntimeNative, policy.RuntimeGVisor)
+	}
+	if c.Ephemeral && mc.DefaultRuntime == policy.RuntimeGVisor {
+		return mc, 0, errors.New("config: default_runtime: airlock mcp's private daemon offers only runtime native")
+	}
 	mc.CgroupParent = c.CgroupParent
 	mc.Insecure.NoLandlock, mc.Insecure.NoSeccomp, mc.Insecure.NoCgroups = c.Insecure.NoLandlock, c.Insecure.NoSeccomp, c.Insecure.NoCgroups
 	return mc, maxUpload, nil

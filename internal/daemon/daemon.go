@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/e2b"
 	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/manager"
+	"github.com/airlock-dev/airlock/internal/runtime/gvisor"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/server"
 	"github.com/airlock-dev/airlock/internal/store"
@@ -122,6 +123,21 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 		return errors.New("config: uid_pool needs root: rootless, root inside a sandbox is the daemon's user (one uid)")
 	}
 	mc.Runtime, mc.Adopter, mc.Store, mc.Log = rt, rt, st, log
+	if !c.Ephemeral {
+		// gVisor sandboxes beside the native ones, in a state root of
+		// their own (runsc's state and the bundles); available while
+		// runsc is installed (checked at each creation).
+		gv := &gvisor.Runtime{Detached: true, Agent: true, StateRoot: filepath.Clean(c.StateDir) + "-gvisor"}
+		mc.Runtimes = map[string]manager.Backend{gvisor.Name: gv}
+		if err := gv.Available(); err != nil {
+			if mc.DefaultRuntime == gvisor.Name {
+				return fmt.Errorf("config: default_runtime gvisor: %w", err)
+			}
+			log.Info("runtime gvisor unavailable until runsc is installed", "reason", err)
+		} else {
+			log.Info("runtime gvisor available", "state_dir", gv.StateRoot)
+		}
+	}
 	// One set of caches for every caller (made on first use, mode 0700).
 	mc.CacheDir = filepath.Join(c.DataDir, "caches")
 	// Workspace snapshots: only with workspaces on volumes (the host
@@ -206,6 +222,11 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 		destroyAll(sctx, m, log)
 	}
 	m.Close(sctx, true)
+	for _, b := range mc.Runtimes {
+		if r, ok := b.(interface{ Release() }); ok {
+			r.Release()
+		}
+	}
 	log.Info("stopped")
 	return err
 }

@@ -50,6 +50,9 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (_ 
 		return api.Sandbox{}, err
 	}
 	rec.FromSnapshot = req.FromSnapshot
+	if snap != nil && rec.Runtime != "" && rec.Runtime != "native" {
+		return api.Sandbox{}, fmt.Errorf("from_snapshot: snapshots are for the native runtime, not %s: %w", rec.Runtime, errdefs.ErrNotSupported)
+	}
 	var sb *Sandbox
 	_, tenant := TenantOf(ctx)
 	// A pool member's caches are the operator's: a tenant whose policy has
@@ -57,7 +60,7 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (_ 
 	// Pool members have no record: a sandbox with one is always made for
 	// its caller.
 	if rec.Policy == "" && rec.Resources == (api.Resources{}) && len(rec.Caches) == 0 && !rec.Record && !(tenant && len(p.Caches) > 0) && snap == nil {
-		sb = m.takePooled(poolKey(req.Image, req.PolicyName))
+		sb = m.takePooled(poolKey(rec.Runtime, req.Image, req.PolicyName))
 	}
 	if sb != nil {
 		source = "pool"
@@ -155,7 +158,7 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 		return nil, err
 	}
 	if rec.Record {
-		if err := m.checkRecord(); err != nil {
+		if err := m.checkRecord(rec.Runtime); err != nil {
 			return nil, err
 		}
 	}
@@ -224,7 +227,13 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 			sb.mu.Unlock()
 		}
 	}
-	rt, err := m.cfg.Runtime.Create(ctx, spec)
+	backend, err := m.cfg.backend(rec.Runtime)
+	if err != nil {
+		stopRecord()
+		forget()
+		return nil, err
+	}
+	rt, err := backend.Create(ctx, spec)
 	if err != nil {
 		stopRecord()
 		forget()
@@ -301,7 +310,7 @@ func (m *Manager) writeFiles(ctx context.Context, rt runtime.Sandbox, files []ap
 	}
 	fs, ok := rt.(runtime.Files)
 	if !ok {
-		return fmt.Errorf("files: the %s runtime serves no files: %w", m.cfg.Runtime.Name(), errdefs.ErrNotSupported)
+		return fmt.Errorf("files: the %s runtime serves no files: %w", runtimeOf(rt), errdefs.ErrNotSupported)
 	}
 	for i, f := range files {
 		p := f.Path

@@ -22,7 +22,7 @@ func (m *Manager) Files(ctx context.Context, id string) (runtime.Files, error) {
 	}
 	fs, ok := rt.(runtime.Files)
 	if !ok {
-		return nil, fmt.Errorf("files: the %s runtime serves no files: %w", m.cfg.Runtime.Name(), errdefs.ErrNotSupported)
+		return nil, fmt.Errorf("files: the %s runtime serves no files: %w", runtimeOf(rt), errdefs.ErrNotSupported)
 	}
 	return fs, nil
 }

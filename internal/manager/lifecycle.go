@@ -260,7 +260,7 @@ func (m *Manager) setPaused(ctx context.Context, id string, pause bool) (api.San
 	}
 	pr, ok := sb.rt.(runtime.Pauser)
 	if !ok {
-		return api.Sandbox{}, fmt.Errorf("pause: the %s runtime cannot pause sandboxes: %w", m.cfg.Runtime.Name(), errdefs.ErrNotSupported)
+		return api.Sandbox{}, fmt.Errorf("pause: the %s runtime cannot pause sandboxes: %w", runtimeOf(sb.rt), errdefs.ErrNotSupported)
 	}
 	if pause {
 		err = pr.Pause(ctx)

@@ -45,10 +45,16 @@ type Adopter interface {
 // Config configures a Manager. Zero durations and counts take the defaults
 // noted on each field.
 type Config struct {
+	// Runtime is the native backend, Adopter its adoption.
 	Runtime runtime.Runtime
 	Adopter Adopter
-	Store   *store.Store
-	Log     *slog.Logger
+	// Runtimes are the other backends by name ("gvisor"), each adopting
+	// its own sandboxes; DefaultRuntime is the one a sandbox gets when
+	// neither its request nor its policy names one ("": native).
+	Runtimes       map[string]Backend
+	DefaultRuntime string
+	Store          *store.Store
+	Log            *slog.Logger
 
 	// Policies are the named policies callers may ask for; "default" (or
 	// the empty name) is used when they name none. Images maps image names
@@ -165,7 +171,10 @@ func (c *Config) checkCredentials(n policy.Network) error {
 type PoolConfig struct {
 	Image  string `yaml:"image"`
 	Policy string `yaml:"policy"`
-	Size   int    `yaml:"size"`
+	// Runtime is the members' backend ("": the policy's, else the
+	// daemon's default); a member is handed only to a request for it.
+	Runtime string `yaml:"runtime"`
+	Size    int    `yaml:"size"`
 }
 
 func (c *Config) defaults() {
@@ -262,9 +271,15 @@ func New(cfg Config) (*Manager, error) {
 		if _, err := cfg.image(pc.Image); err != nil {
 			return nil, fmt.Errorf("pool %q/%q: %w", pc.Image, pc.Policy, err)
 		}
+		if _, err := cfg.backend(cfg.poolRuntime(pc)); err != nil {
+			return nil, fmt.Errorf("pool %q/%q: %w", pc.Image, pc.Policy, err)
+		}
 		if pc.Size < 0 || pc.Size > cfg.MaxSandboxes {
 			return nil, fmt.Errorf("pool %q/%q: size %d must be between 0 and max_sandboxes (%d)", pc.Image, pc.Policy, pc.Size, cfg.MaxSandboxes)
 		}
+	}
+	if len(cfg.Runtimes) > 0 && cfg.Adopter != nil {
+		cfg.Adopter = newAdopters(cfg.Adopter, cfg.Runtimes)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
@@ -277,8 +292,9 @@ func New(cfg Config) (*Manager, error) {
 	m.adm.init(cfg.MaxSandboxes, cfg.MaxCreating, cfg.QueueSize, cfg.QueueTimeout, m.met)
 	for _, pc := range cfg.Pools {
 		if pc.Size > 0 {
-			k := poolKey(pc.Image, pc.Policy)
-			m.pools[k] = &pool{key: k, image: pc.Image, policy: pc.Policy, size: pc.Size, refill: make(chan struct{}, 1)}
+			rtName := cfg.poolRuntime(pc)
+			k := poolKey(rtName, pc.Image, pc.Policy)
+			m.pools[k] = &pool{key: k, runtime: rtName, image: pc.Image, policy: pc.Policy, size: pc.Size, refill: make(chan struct{}, 1)}
 		}
 	}
 	m.met.bind(m)

@@ -8,6 +8,7 @@ type Metrics struct {
 	createSeconds metrics.HistogramVec
 	execSeconds   *metrics.Histogram
 	poolReady     metrics.ValueVec
+	poolReadyRT   metrics.ValueVec
 	queueDepth    *metrics.Value
 	errors        metrics.ValueVec
 	auditDropped  *metrics.Value
@@ -25,7 +26,8 @@ func NewMetrics() *Metrics {
 		createSeconds: r.Histogram("airlock_sandbox_create_seconds",
 			"Time to create a sandbox for a caller, by source (pool or cold).", latencyBuckets, "source"),
 		execSeconds: r.Histogram("airlock_exec_seconds", "Duration of run-and-wait exec requests.", latencyBuckets).With(),
-		poolReady:   r.Gauge("airlock_pool_ready", "Ready members of each warm pool.", "image", "policy"),
+		poolReady:   r.Gauge("airlock_pool_ready", "Ready members of each warm pool of the native runtime.", "image", "policy"),
+		poolReadyRT: r.Gauge("airlock_pool_ready_by_runtime", "Ready members of each warm pool, by runtime.", "runtime", "image", "policy"),
 		queueDepth:  r.Gauge("airlock_admission_queue_depth", "Creations waiting for room.").With(),
 		errors:      r.Counter("airlock_errors_total", "Errors, by kind (API error codes, create, exec).", "kind"),
 		auditDropped: r.Counter("airlock_egress_audit_dropped_total",

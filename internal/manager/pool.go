@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
 )
 
@@ -15,8 +16,8 @@ import (
 // two callers can get the same one, and it is then assigned like a fresh
 // sandbox (labels, TTL, environment, files).
 type pool struct {
-	key, image, policy string
-	size               int
+	key, runtime, image, policy string
+	size                        int
 
 	mu      sync.Mutex
 	ready   []*Sandbox
@@ -28,11 +29,20 @@ type pool struct {
 // it starts making the replacement.
 const refillDelay = 50 * time.Millisecond
 
-func poolKey(image, policy string) string {
+func poolKey(runtime, image, policy string) string {
 	if policy == "" {
 		policy = "default"
 	}
-	return image + "\x00" + policy
+	return runtime + "\x00" + image + "\x00" + policy
+}
+
+// poolRuntime is the backend of a pool's members.
+func (c *Config) poolRuntime(pc PoolConfig) string {
+	pol := ""
+	if p, err := c.policyNamed(pc.Policy); err == nil {
+		pol = p.Runtime
+	}
+	return c.runtimeName(pc.Runtime, pol)
 }
 
 // takePooled takes a ready member of the pool key, or returns nil.
@@ -50,7 +60,7 @@ func (m *Manager) takePooled(key string) *Sandbox {
 		}
 		sb := pl.ready[len(pl.ready)-1]
 		pl.ready = pl.ready[:len(pl.ready)-1]
-		m.met.poolReady.With(pl.image, pl.policy).Set(float64(len(pl.ready)))
+		m.met.setPoolReady(pl)
 		pl.mu.Unlock()
 		sb.mu.Lock()
 		ok := !sb.ending && sb.rt != nil && sb.rec.State == api.StateRunning
@@ -113,7 +123,7 @@ func (m *Manager) fill(pl *pool) {
 			if err == nil {
 				pl.ready = append(pl.ready, sb)
 			}
-			m.met.poolReady.With(pl.image, pl.policy).Set(float64(len(pl.ready)))
+			m.met.setPoolReady(pl)
 			pl.mu.Unlock()
 			if err != nil {
 				m.log.Error("warm pool: create", "image", pl.image, "policy", pl.policy, "err", err)
@@ -126,7 +136,7 @@ func (m *Manager) fill(pl *pool) {
 
 // newMember creates one pool member (admission already acquired).
 func (m *Manager) newMember(pl *pool) (*Sandbox, error) {
-	req := &api.CreateSandboxRequest{Image: pl.image, PolicyName: pl.policy}
+	req := &api.CreateSandboxRequest{Image: pl.image, PolicyName: pl.policy, Runtime: pl.runtime}
 	p, rec, err := m.cfg.resolve(req)
 	if err != nil {
 		m.adm.created()
@@ -185,8 +195,21 @@ func (m *Manager) PoolSizes() map[string]int {
 	out := map[string]int{}
 	for _, pl := range m.pools {
 		pl.mu.Lock()
-		out[pl.image+"/"+pl.policy] = len(pl.ready)
+		k := pl.image + "/" + pl.policy
+		if pl.runtime != policy.RuntimeNative {
+			k = pl.runtime + ":" + k
+		}
+		out[k] = len(pl.ready)
 		pl.mu.Unlock()
 	}
 	return out
+}
+
+// setPoolReady reports a pool's ready members (the caller holds pl.mu).
+func (m *Metrics) setPoolReady(pl *pool) {
+	n := float64(len(pl.ready))
+	if pl.runtime == policy.RuntimeNative {
+		m.poolReady.With(pl.image, pl.policy).Set(n)
+	}
+	m.poolReadyRT.With(pl.runtime, pl.image, pl.policy).Set(n)
 }

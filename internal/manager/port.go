@@ -23,7 +23,7 @@ func (m *Manager) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 	}
 	d, ok := rt.(runtime.PortDialer)
 	if !ok {
-		return nil, fmt.Errorf("ports: the %s runtime cannot reach a sandbox's ports: %w", m.cfg.Runtime.Name(), errdefs.ErrNotSupported)
+		return nil, fmt.Errorf("ports: the %s runtime cannot reach a sandbox's ports: %w", runtimeOf(rt), errdefs.ErrNotSupported)
 	}
 	return d.DialPort(ctx, port)
 }

@@ -313,7 +313,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req *api.ExecRequest) (ap
 	}
 	or, ok := p.rp.(runtime.OutputReader)
 	if !ok {
-		return api.ExecResult{}, fmt.Errorf("exec: the %s runtime keeps no output: %w", m.cfg.Runtime.Name(), errdefs.ErrNotSupported)
+		return api.ExecResult{}, fmt.Errorf("exec: the %s runtime keeps no output: %w", "sandbox's", errdefs.ErrNotSupported)
 	}
 	var out, errb capped
 	var wg sync.WaitGroup

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/egress/gateway"
 	"github.com/airlock-dev/airlock/internal/errdefs"
+	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/record"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/store"
@@ -90,12 +91,14 @@ func mustJSON(v any) []byte {
 }
 
 // checkRecord refuses record: true where it cannot be kept.
-func (m *Manager) checkRecord() error {
+func (m *Manager) checkRecord(rtName string) error {
 	switch {
 	case os.Geteuid() != 0:
 		return fmt.Errorf("record: the activity record needs a daemon running as root (the proc connector that reports exec outcomes and exits needs CAP_NET_ADMIN on the host): %w", errdefs.ErrNotSupported)
-	case m.cfg.Runtime.Name() != "native":
-		return fmt.Errorf("record: the activity record needs the native runtime, not %s: %w", m.cfg.Runtime.Name(), errdefs.ErrNotSupported)
+	case rtName != policy.RuntimeNative && rtName != "":
+		// A policy feature this backend cannot enforce: refused (400),
+		// never dropped.
+		return invalid("record: the activity record is not supported by the %s runtime (execs happen in its own kernel, out of the host's seccomp and proc connector); use runtime native", rtName)
 	case m.cfg.Insecure.NoCgroups:
 		return fmt.Errorf("record: the activity record samples resource use from the sandbox's cgroup, and this daemon runs without cgroups: %w", errdefs.ErrNotSupported)
 	}

@@ -55,6 +55,9 @@ type specRecord struct {
 	// FromSnapshot: the snapshot the workspace was made from or last
 	// restored to (snapshot.go).
 	FromSnapshot string `json:"from_snapshot,omitempty"`
+	// Runtime is the sandbox's backend ("native", "gvisor"); "" in
+	// records from before there was a choice: native.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 func (s specRecord) marshal() []byte {
@@ -89,7 +92,10 @@ func (sb *Sandbox) view() api.Sandbox {
 		Policy: sb.spec.PolicyName, Reason: r.Reason, CreatedAt: r.CreatedAt,
 		ExpiresAt: r.ExpiresAt, EndedAt: r.EndedAt, LastActivityAt: sb.activity,
 		IdleTimeoutSeconds: r.IdleTimeout.Seconds(), Resources: sb.spec.Resources,
-		Tenant: r.Tenant, Record: sb.spec.Record,
+		Tenant: r.Tenant, Record: sb.spec.Record, Runtime: sb.spec.Runtime,
+	}
+	if v.Runtime == "" {
+		v.Runtime = "native"
 	}
 	if sb.spec.Policy != "" {
 		v.Policy = "inline"

@@ -109,11 +109,13 @@ func (c *Config) resolve(req *api.CreateSandboxRequest) (*policy.Policy, specRec
 	if err := p.Validate(); err != nil {
 		return nil, rec, invalid("%v", err)
 	}
-	if p.Runtime != "" && p.Runtime != policy.RuntimeNative {
-		// Never a native sandbox for a policy that asked for another
-		// backend.
-		return nil, rec, invalid("runtime %s: not available in airlock serve yet (its sandboxes need the agent's protocol); use `airlock run --runtime %s`, or runtime: native", p.Runtime, p.Runtime)
+	// Never a native sandbox for a request or policy that asked for
+	// another backend: an unknown or missing one is refused.
+	p.Runtime = c.runtimeName("", p.Runtime)
+	if _, err := c.backend(p.Runtime); err != nil {
+		return nil, rec, err
 	}
+	rec.Runtime = p.Runtime
 	env, err := baseEnv(&p, req.Env)
 	if err != nil {
 		return nil, rec, err

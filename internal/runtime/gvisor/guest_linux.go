@@ -42,6 +42,9 @@ const (
 func InitMain() {
 	// Like the native init: commands (same uid) cannot look into it.
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	if len(os.Args) > 2 && os.Args[2] == agentModeArg {
+		agentMain(os.Args[3:])
+	}
 	var fwd []string
 	for _, a := range os.Args[2:] {
 		if v, ok := strings.CutPrefix(a, "--forward="); ok {
@@ -241,7 +244,13 @@ func relay(c net.Conn, sock string) {
 	if err != nil {
 		return
 	}
-	defer u.Close()
+	splice(c, u)
+}
+
+// splice copies both ways between a and b, half-closing each direction
+// as it ends, and closes b.
+func splice(a, b net.Conn) {
+	defer b.Close()
 	done := make(chan struct{}, 2)
 	half := func(dst, src net.Conn) {
 		io.Copy(dst, src)
@@ -250,8 +259,8 @@ func relay(c net.Conn, sock string) {
 		}
 		done <- struct{}{}
 	}
-	go half(u, c)
-	go half(c, u)
+	go half(b, a)
+	go half(a, b)
 	<-done
 	<-done
 }

@@ -14,6 +14,7 @@ type Runtime struct {
 	Runsc, StateRoot string
 	Detached         bool
 	OneShot          bool
+	Agent            bool
 }
 
 // Name implements runtime.Runtime.

@@ -41,6 +41,11 @@ type Runtime struct {
 	// `runsc run` (attached: runsc's sandbox dies with it, and it with this
 	// process) instead of `run --detach` + `exec`. For `airlock run`.
 	OneShot bool
+	// Agent sandboxes (airlock serve's) run airlock's agent as their
+	// init, reached over a host unix socket: captured output, stdin,
+	// files and adoption after a restart (see service_linux.go). They
+	// are detached.
+	Agent bool
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -84,6 +89,9 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	}
 	if err := unsupported(spec); err != nil {
 		return nil, err
+	}
+	if r.Agent && (r.OneShot || !r.Detached) {
+		return nil, errors.New("gvisor: agent sandboxes are detached and not one-shot")
 	}
 	if spec.Image != "" {
 		if fi, err := os.Stat(spec.Image); err != nil || !fi.IsDir() {
@@ -182,6 +190,11 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	if err != nil {
 		return nil, err
 	}
+	if r.Agent {
+		if err := sb.agentBundle(b, rootfs, spec.Image == ""); err != nil {
+			return nil, err
+		}
+	}
 	raw, err := json.MarshalIndent(b.spec, "", " ")
 	if err != nil {
 		return nil, err
@@ -228,6 +241,9 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	sb.info.Steps["runsc.run"] = time.Since(t0)
 	if b.cgroupsPath != "" {
 		sb.info.CgroupPaths = cgroupDirs(b.cgroupsPath)
+	}
+	if r.Agent {
+		return sb.startAgent(ctx)
 	}
 	return sb, nil
 }
@@ -467,9 +483,11 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 		if sb.watch != nil {
 			sb.watch.Close()
 		}
-		if sb.created && sb.oneShot {
+		if sb.created {
 			// An attached `runsc run` that ended deleted its container
-			// itself; one killed under us left its state to delete.
+			// itself (one killed under us left its state to delete), and
+			// a `runsc run` that failed early made none: nothing for
+			// runsc to delete when it keeps no state for the id.
 			if m, _ := filepath.Glob(filepath.Join(sb.rt.stateRoot(), "runsc", "*"+sb.id+"*")); len(m) == 0 {
 				sb.created = false
 			}

@@ -87,6 +87,7 @@ class Sandbox(Model):
     ended_at: Optional[str] = None
     tenant: Optional[str] = None
     record: Optional[bool] = None
+    runtime: Optional[str] = None
 
 
 @dataclass

@@ -88,6 +88,7 @@ class SandboxTest(Live):
     def test_lifecycle(self):
         with airlock.Sandbox.create(client=self.c, labels={"suite": "py", "n": "1"}, timeout=300) as sb:
             self.assertEqual(sb.state, "running")
+            self.assertEqual(sb.info.runtime, "native")
             self.assertTrue(sb.info.expires_at)
             self.assertEqual(airlock.Sandbox.get(sb.id, client=self.c).info.labels, {"suite": "py", "n": "1"})
             ids = [s.id for s in airlock.Sandbox.list(label={"suite": "py"}, client=self.c)]

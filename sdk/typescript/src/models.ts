@@ -66,6 +66,10 @@ export interface Sandbox {
    * True for a sandbox made with an activity record (record: true in the creation); read it with GET /v1/sandboxes/{id}/events.
    */
   record?: boolean;
+  /**
+   * The sandbox's isolation backend.
+   */
+  runtime?: "native" | "gvisor";
 }
 
 /**
@@ -99,7 +103,7 @@ export interface CreateSandboxRequest {
    */
   image?: string;
   /**
-   * The isolation backend, overriding the policy's: "" (or absent) or native. The daemon offers no other backend yet: gvisor is refused with 400 (airlock run --runtime gvisor has it).
+   * The isolation backend, overriding the policy's: native or gvisor; "" (or absent): the policy's, else the daemon's default_runtime, else native. gvisor needs runsc on the daemon's host (400 naming the install command without it); a policy feature gvisor cannot enforce (record) is refused with 400 naming it.
    */
   runtime?: "" | "native" | "gvisor";
   /**
@@ -1086,7 +1090,7 @@ export interface Change {
 
 /** The JSON field names of every schema. */
 export const SCHEMA_FIELDS = {
-  Sandbox: ["id","state","labels","image","policy","reason","created_at","expires_at","idle_timeout_seconds","last_activity_at","ended_at","resources","tenant","record"],
+  Sandbox: ["id","state","labels","image","policy","reason","created_at","expires_at","idle_timeout_seconds","last_activity_at","ended_at","resources","tenant","record","runtime"],
   Resources: ["memory","disk","pids","cpu"],
   CreateSandboxRequest: ["image","runtime","policy_name","policy","resources","env","labels","timeout_seconds","idle_timeout_seconds","files","caches","record","from_snapshot"],
   File: ["path","content","mode"],

@@ -27,6 +27,7 @@ test("sandbox lifecycle: create with labels, env and files; get, list by label, 
   t.after(() => sb.close()); // a failed assertion must not leave it behind (close is idempotent)
   assert.match(sb.id, /^sb-[0-9a-f]{16}$/);
   assert.equal(sb.state, "running");
+  assert.equal(sb.info.runtime, "native");
   assert.equal((await c.getSandbox(sb.id)).labels.tag, tag);
   const listed = await c.listSandboxes({ labels: { tag } });
   assert.deepEqual(listed.sandboxes.map((s) => s.id), [sb.id]);
