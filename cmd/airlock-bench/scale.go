@@ -313,6 +313,16 @@ type memPerSandbox struct {
 	agentThreads        float64
 }
 
+// sum adds the parts that are measured one by one: less noisy on a shared
+// machine than MemAvailable, which every other process moves too.
+func (m memPerSandbox) sum() float64 {
+	t := m.daemon + m.agent
+	for _, v := range m.kernel {
+		t += v
+	}
+	return t
+}
+
 // kernelKeys are the /proc/meminfo fields that show the kernel's share.
 var kernelKeys = []string{"SUnreclaim", "KernelStack", "PageTables", "Shmem", "Percpu"}
 
@@ -708,6 +718,7 @@ func printScale(res []scaleResult, n int, diskQuota string, haveBwrap bool) {
 	for _, k := range kernelKeys {
 		mib("kernel: "+kernelNames[k]+" growth / n", func(r scaleResult) float64 { return r.mem.kernel[k] })
 	}
+	mib("sum of the parts (daemon + agent + kernel rows)", func(r scaleResult) float64 { return r.mem.sum() })
 	fmt.Printf("| agent threads, mean |")
 	for _, r := range res {
 		fmt.Printf(" %.1f |", r.mem.agentThreads)
@@ -727,8 +738,12 @@ func printScale(res []scaleResult, n int, diskQuota string, haveBwrap bool) {
 		}
 		fmt.Printf("  %-40s %7.3f MiB\n", k, last.mem.agentMaps[k])
 	}
+	fmt.Println()
 	if last.mem.host > 0 {
-		fmt.Printf("\nidle sandboxes that fit in 24 GiB at %.2f MiB each: %d\n", last.mem.host, int(24*1024/last.mem.host))
+		fmt.Printf("idle sandboxes that fit in 24 GiB at %.2f MiB each (MemAvailable drop): %d\n", last.mem.host, int(24*1024/last.mem.host))
+	}
+	if sum := last.mem.sum(); sum > 0 {
+		fmt.Printf("idle sandboxes that fit in 24 GiB at %.2f MiB each (sum of the parts): %d\n", sum, int(24*1024/sum))
 	}
 }
 
