@@ -304,6 +304,10 @@ type scaleResult struct {
 	run, runCPU, bw, bwCPU []float64
 	warm, rtt              []float64
 	mem                    memPerSandbox
+	// usedPss is the PSS (MiB) of the exec target's agent after this
+	// level's rounds and a quiet moment: an idle sandbox that has run
+	// commands.
+	usedPss float64
 }
 
 type memPerSandbox struct {
@@ -461,6 +465,8 @@ func scaleLevels(ctx context.Context, d *scaleDaemon, levels []int, n, workers i
 				}
 			}
 		}
+		sleepCtx(ctx, settle)
+		res.usedPss, _, _ = agentsMemory(d.stateDir(), []string{target.ID})
 		out = append(out, res)
 	}
 	return out, nil
@@ -718,6 +724,7 @@ func printScale(res []scaleResult, n int, diskQuota string, haveBwrap bool) {
 	for _, k := range kernelKeys {
 		mib("kernel: "+kernelNames[k]+" growth / n", func(r scaleResult) float64 { return r.mem.kernel[k] })
 	}
+	mib("agent PSS of the exec target (used, then idle)", func(r scaleResult) float64 { return r.usedPss })
 	mib("sum of the parts (daemon + agent + kernel rows)", func(r scaleResult) float64 { return r.mem.sum() })
 	fmt.Printf("| agent threads, mean |")
 	for _, r := range res {
