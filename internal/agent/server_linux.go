@@ -69,14 +69,22 @@ func (s *Server) Serve() error {
 		}
 	}()
 	// Once the channel has been quiet for a moment, give the memory the
-	// last burst of work used back to the host (see idleRelease).
+	// last burst of work used back to the host (see idleRelease). The
+	// timer starts with the first request that allocates: an agent never
+	// asked for anything keeps no timer and never runs its goroutine.
 	idle := &idleRelease{}
-	release := time.AfterFunc(releaseAfter, idle.release)
-	defer release.Stop()
+	var release *time.Timer
+	defer func() {
+		if release != nil {
+			release.Stop()
+		}
+	}()
 	conn := s.conn
 	for {
 		m, files, err := conn.Recv()
-		release.Reset(releaseAfter)
+		if release != nil {
+			release.Reset(releaseAfter)
+		}
 		if err != nil {
 			if s.listener != nil {
 				if conn, err = s.reconnect(conn); err == nil {
@@ -90,8 +98,11 @@ func (s *Server) Serve() error {
 			return err
 		}
 		switch m.Type {
-		case TypeExec, TypeFile, TypeRead, TypeStdin:
-			idle.worked.Store(true) // the requests that allocate
+		case TypeExec, TypeFile, TypeRead, TypeStdin: // the requests that allocate
+			idle.worked.Store(true)
+			if release == nil {
+				release = time.AfterFunc(releaseAfter, idle.release)
+			}
 		}
 		switch m.Type {
 		case TypeExec:
@@ -535,9 +546,7 @@ type idleRelease struct {
 	sample []metrics.Sample
 }
 
-// release runs when the channel has been quiet for releaseAfter. The
-// runtime's metrics are first read after the first request, so that an
-// agent never asked for anything does not pay for their tables.
+// release runs when the channel has been quiet for releaseAfter.
 func (r *idleRelease) release() {
 	if !r.mu.TryLock() {
 		return
