@@ -234,6 +234,11 @@ func (d *scaleDaemon) cleanup() {
 	}
 	left := -1
 	for try := 0; try < 5; try++ {
+		// A creation the interrupted client gave up on may still finish
+		// in the daemon: wait for those before listing.
+		for i := 0; i < 600 && metric(d.sock(), `airlock_sandboxes{state="creating"}`) > 0; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
 		all, err := d.c.AllSandboxes(ctx, client.ListOptions{})
 		if err != nil {
 			logf("cleanup: list: %v", err)
