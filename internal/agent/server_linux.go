@@ -4,8 +4,8 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	goruntime "runtime"
 	"runtime/debug"
-	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -543,10 +543,11 @@ type idleRelease struct {
 	mu     sync.Mutex
 	worked atomic.Bool // a request came since the last look
 	last   uint64      // bytes allocated up to the last release
-	sample []metrics.Sample
 }
 
 // release runs when the channel has been quiet for releaseAfter.
+// (runtime.ReadMemStats rather than runtime/metrics: that package's
+// initialisation alone would cost every agent 15 KiB.)
 func (r *idleRelease) release() {
 	if !r.mu.TryLock() {
 		return
@@ -555,22 +556,12 @@ func (r *idleRelease) release() {
 	if !r.worked.Swap(false) {
 		return
 	}
-	if r.sample == nil {
-		r.sample = []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-	}
-	if r.allocated()-r.last < releaseMin {
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	if ms.TotalAlloc-r.last < releaseMin {
 		return
 	}
 	debug.FreeOSMemory()
-	r.last = r.allocated()
-}
-
-// allocated reads the bytes allocated so far without stopping the world
-// (runtime.ReadMemStats would).
-func (r *idleRelease) allocated() uint64 {
-	metrics.Read(r.sample)
-	if r.sample[0].Value.Kind() != metrics.KindUint64 {
-		return 0
-	}
-	return r.sample[0].Value.Uint64()
+	goruntime.ReadMemStats(&ms)
+	r.last = ms.TotalAlloc
 }
