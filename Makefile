@@ -2,7 +2,7 @@
 export CGO_ENABLED := 0
 GO ?= go
 
-.PHONY: build install-runsc test unit e2e bench bench-serve bench-e2b bench-egress bench-cache bench-review bench-record serve fmt vet lint clean
+.PHONY: build install-runsc test unit e2e bench bench-serve bench-scale bench-e2b bench-egress bench-cache bench-review bench-record serve fmt vet lint clean
 
 # airlock embeds the sandbox init (cmd/airlock-init, internal/initbin): a
 # small program that links only the sandbox code, started as every sandbox's
@@ -37,6 +37,11 @@ bench: build
 # The service: latencies through the SDK, throughput, memory per idle sandbox.
 bench-serve: build
 	$(GO) run ./cmd/airlock-bench serve -n 100 -idle 200
+
+# airlock run, warm create -> first exec, exec round trip and memory per
+# idle sandbox with 1, 10, 100 and 500 idle sandboxes in one daemon (root).
+bench-scale: build
+	$(GO) run ./cmd/airlock-bench scale -n 40 -levels 1,10,100,500
 
 # Only the E2B compatibility rows of bench-serve (needs node and npm).
 bench-e2b: build

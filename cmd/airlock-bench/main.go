@@ -12,6 +12,10 @@
 // instead: throughput, added latency and new connections per second, direct
 // and through the gateway, on loopback; see egress.go.
 //
+// `airlock-bench scale` (`make bench-scale`) measures `airlock run`, warm
+// create -> first exec, the exec round trip and memory per idle sandbox
+// with 1, 10, 100 and 500 idle sandboxes in one daemon; see scale.go.
+//
 // `airlock-bench cache` (`make bench-cache`) times a go build in a fresh
 // sandbox without and with `--cache go`; see cache.go.
 //
@@ -188,6 +192,9 @@ type report struct {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
 		os.Exit(runServe(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "scale" {
+		os.Exit(runScale(os.Args[2:])) // scale.go
 	}
 	if len(os.Args) > 1 && os.Args[1] == "egress" {
 		os.Exit(runEgress(os.Args[2:]))

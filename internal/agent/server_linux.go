@@ -4,7 +4,10 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	goruntime "runtime"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -65,9 +68,23 @@ func (s *Server) Serve() error {
 			s.reap()
 		}
 	}()
+	// Once the channel has been quiet for a moment, give the memory the
+	// last burst of work used back to the host (see idleRelease). The
+	// timer starts with the first request that allocates: an agent never
+	// asked for anything keeps no timer and never runs its goroutine.
+	idle := &idleRelease{}
+	var release *time.Timer
+	defer func() {
+		if release != nil {
+			release.Stop()
+		}
+	}()
 	conn := s.conn
 	for {
 		m, files, err := conn.Recv()
+		if release != nil {
+			release.Reset(releaseAfter)
+		}
 		if err != nil {
 			if s.listener != nil {
 				if conn, err = s.reconnect(conn); err == nil {
@@ -79,6 +96,13 @@ func (s *Server) Serve() error {
 			// explicitly so nothing outlives the channel.
 			unix.Kill(-1, unix.SIGKILL)
 			return err
+		}
+		switch m.Type {
+		case TypeExec, TypeFile, TypeRead, TypeStdin: // the requests that allocate
+			idle.worked.Store(true)
+			if release == nil {
+				release = time.AfterFunc(releaseAfter, idle.release)
+			}
 		}
 		switch m.Type {
 		case TypeExec:
@@ -517,4 +541,48 @@ func (s *Server) hold(req *Hold) {
 		return
 	}
 	b.hold(req.Reader, req.Keep, time.Now())
+}
+
+// releaseAfter is how long the control channel is quiet before the agent
+// gives memory back to the host.
+const releaseAfter = 2 * time.Second
+
+// releaseMin is how much the agent must have allocated (since it started,
+// then since it last gave memory back) for a release to be worth a
+// collection: an agent that has only been set up, or has run a command or
+// two, keeps its few hundred KiB, which a forced collection's own
+// bookkeeping would outgrow (measured: +0.14 MiB).
+const releaseMin = 1 << 20
+
+// idleRelease returns an idle agent's garbage to the host. The Go collector
+// first runs when the heap reaches 4 MiB and then keeps the freed pages for
+// reuse, so an agent that ran a few commands and fell idle would hold a few
+// MiB of garbage for as long as the sandbox lives (measured over 50 idle
+// sandboxes: an agent's PSS 1.0 MiB after setup, 4.8 MiB after 60 execs of
+// true, 2.0 MiB with this).
+type idleRelease struct {
+	mu     sync.Mutex
+	worked atomic.Bool // a request came since the last look
+	last   uint64      // bytes allocated up to the last release
+}
+
+// release runs when the channel has been quiet for releaseAfter.
+// (runtime.ReadMemStats rather than runtime/metrics: that package's
+// initialisation alone would cost every agent 15 KiB.)
+func (r *idleRelease) release() {
+	if !r.mu.TryLock() {
+		return
+	}
+	defer r.mu.Unlock()
+	if !r.worked.Swap(false) {
+		return
+	}
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	if ms.TotalAlloc-r.last < releaseMin {
+		return
+	}
+	debug.FreeOSMemory()
+	goruntime.ReadMemStats(&ms)
+	r.last = ms.TotalAlloc
 }
