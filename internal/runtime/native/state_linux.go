@@ -87,7 +87,7 @@ func sweep(root string, vs *quota.Volumes) {
 		return
 	}
 	defer sweepMu.Unlock()
-	if os.Geteuid() == 0 && cgroupSweepDue(root) {
+	if os.Geteuid() == 0 && cgroupSweepDue() {
 		cgroup.Sweep("")
 	}
 	entries, err := os.ReadDir(root)
@@ -221,19 +221,22 @@ func releaseIfGone(dir string, st *stateFile) {
 	leases.ReleaseIfGone(st.HostUID, st.HostGID, filepath.Base(dir))
 }
 
+// cgroupSweepMarker's time is when an airlock of this host last swept
+// the sandbox cgroups.
+const cgroupSweepMarker = "/run/airlock/.cgroup-swept"
+
 // cgroupSweepDue says whether this sweep should also sweep the sandbox
-// cgroups: at most once per cgroup.SweepGrace for a state root (the time
-// of a marker file in it). The cgroup sweep reads every sandbox cgroup on
-// the host, live ones included (with 500 of them it doubled the CPU time
-// of an airlock run), and removes only cgroups older than that grace.
-func cgroupSweepDue(root string) bool {
-	marker := filepath.Join(root, ".cgroup-swept")
-	if fi, err := os.Stat(marker); err == nil && time.Since(fi.ModTime()) < cgroup.SweepGrace {
+// cgroups: at most once per cgroup.SweepGrace on the host. The cgroup
+// sweep reads every sandbox cgroup on the host, live ones included (with
+// 500 of them it doubled the CPU time of an airlock run), and removes only
+// cgroups older than that grace.
+func cgroupSweepDue() bool {
+	if fi, err := os.Stat(cgroupSweepMarker); err == nil && time.Since(fi.ModTime()) < cgroup.SweepGrace {
 		return false
 	}
 	now := time.Now()
-	if os.Chtimes(marker, now, now) != nil {
-		if f, err := os.OpenFile(marker, os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600); err == nil {
+	if os.Chtimes(cgroupSweepMarker, now, now) != nil {
+		if f, err := os.OpenFile(cgroupSweepMarker, os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600); err == nil {
 			f.Close()
 		}
 	}
