@@ -55,11 +55,12 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("doctor did not report %q as ok", name)
 		}
 	}
-	// On a cgroup v1 host, the attach cost is reported as the kernel
+	// On a cgroup v1 host, the attach cost is reported: as root none (the
+	// init is forked from a thread inside its cgroup), else as the kernel
 	// setting says (absent is not a failure: it costs time, not isolation).
 	if b, err := os.ReadFile("/sys/kernel/rcu_expedited"); err == nil && !fileExists("/sys/fs/cgroup/cgroup.controllers") {
 		ok, found := seen["cgroup v1 attach"]
-		if want := strings.TrimSpace(string(b)) != "0"; !found || ok != want {
+		if want := os.Geteuid() == 0 || strings.TrimSpace(string(b)) != "0"; !found || ok != want {
 			t.Errorf("cgroup v1 attach: reported %v (found %v), want ok=%v for rcu_expedited=%s", ok, found, want, strings.TrimSpace(string(b)))
 		}
 	}
