@@ -280,10 +280,13 @@ func initProgram(root string) (string, error) {
 		return p, nil
 	}
 	// Other builds' programs: sandboxes that use one keep it through
-	// their mount; nothing else needs it.
+	// their mount once runsc opened it. One written in the last minute may
+	// be about to be mounted by another airlock build's run (a second
+	// checkout, a test binary): removing it would fail that run, and two
+	// builds used in turn would rewrite their 5 MB program on every run.
 	if old, _ := filepath.Glob(filepath.Join(root, "init-*")); len(old) > 0 {
 		for _, o := range old {
-			if !strings.Contains(o, ".tmp-") {
+			if st, err := os.Lstat(o); err == nil && o != p && !strings.Contains(o, ".tmp-") && time.Since(st.ModTime()) > time.Minute {
 				os.Remove(o)
 			}
 		}
