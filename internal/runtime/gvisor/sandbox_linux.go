@@ -104,6 +104,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	} else if !native.IsID(id) {
 		return nil, fmt.Errorf("sandbox id %q: want 16 lowercase hex digits: %w", id, runtime.ErrInvalid)
 	}
+	tStart := time.Now()
 	root := r.stateRoot()
 	if err := os.MkdirAll(root, 0o711); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
@@ -141,16 +142,22 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		}
 		ws = abs
 	}
+	sb.info.Steps["state"] = time.Since(tStart)
+	t := time.Now()
 	initPath, err := initProgram(root)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox init program: %w", err)
 	}
+	sb.info.Steps["init.program"] = time.Since(t)
+	t = time.Now()
 	var etc string
 	if spec.Image == "" {
 		if etc, err = native.EtcCache(native.DefaultStateRoot()); err != nil {
 			return nil, fmt.Errorf("filesystem: %w", err)
 		}
 	}
+	sb.info.Steps["etc"] = time.Since(t)
+	t = time.Now()
 	seccompPath := ""
 	if !spec.Insecure.NoSeccomp {
 		seccompPath = filepath.Join(dir, "seccomp.json")
@@ -205,6 +212,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	if b.cgroupsPath != "" {
 		sb.info.CgroupPaths = []string{b.cgroupsPath}
 	}
+	sb.info.Steps["bundle"] = time.Since(t)
 
 	if r.OneShot {
 		sb.oneShot, sb.spec = true, b.spec
@@ -280,10 +288,13 @@ func initProgram(root string) (string, error) {
 		return p, nil
 	}
 	// Other builds' programs: sandboxes that use one keep it through
-	// their mount; nothing else needs it.
+	// their mount once runsc opened it. One written in the last minute may
+	// be about to be mounted by another airlock build's run (a second
+	// checkout, a test binary): removing it would fail that run, and two
+	// builds used in turn would rewrite their 5 MB program on every run.
 	if old, _ := filepath.Glob(filepath.Join(root, "init-*")); len(old) > 0 {
 		for _, o := range old {
-			if !strings.Contains(o, ".tmp-") {
+			if st, err := os.Lstat(o); err == nil && o != p && !strings.Contains(o, ".tmp-") && time.Since(st.ModTime()) > time.Minute {
 				os.Remove(o)
 			}
 		}
