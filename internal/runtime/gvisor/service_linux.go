@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -146,14 +145,14 @@ func (sb *sandbox) startAgent(ctx context.Context) (runtime.Sandbox, error) {
 		return nil, fmt.Errorf("gvisor: %w: %s", err, sb.log())
 	}
 	sb.info.Steps["agent.connect"] = time.Since(t0)
-	return &agentSandbox{sandbox: sb, agent: native.NewAgentClient(sb.id, conn)}, nil
+	return &agentSandbox{sandbox: sb, AgentClient: native.NewAgentClient(sb.id, conn)}, nil
 }
 
 // agentSandbox is a service sandbox: the runtime's life cycle (runsc) with
 // the agent's processes and files.
 type agentSandbox struct {
 	*sandbox
-	agent *native.AgentClient
+	*native.AgentClient // the agent; its file operations serve runtime.Files and runtime.FileMaker as they are
 }
 
 var (
@@ -171,19 +170,19 @@ func (s *agentSandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runt
 	if req.TTY {
 		return s.sandbox.Exec(ctx, req)
 	}
-	return s.agent.Exec(ctx, req)
+	return s.AgentClient.Exec(ctx, req)
 }
 
 // Done implements runtime.Watcher: the channel to the agent is gone (the
 // sandbox ended, or was destroyed).
-func (s *agentSandbox) Done() <-chan struct{} { return s.agent.Done() }
+func (s *agentSandbox) Done() <-chan struct{} { return s.AgentClient.Done() }
 
 // Process returns a process the agent reported after Adopt.
-func (s *agentSandbox) Process(id uint64) (runtime.Process, bool) { return s.agent.Process(id) }
+func (s *agentSandbox) Process(id uint64) (runtime.Process, bool) { return s.AgentClient.Process(id) }
 
 // Destroy implements runtime.Sandbox.
 func (s *agentSandbox) Destroy(ctx context.Context) error {
-	s.agent.Close()
+	s.AgentClient.Close()
 	return s.sandbox.Destroy(ctx)
 }
 
@@ -249,50 +248,6 @@ func (s *agentSandbox) DialPort(ctx context.Context, port int) (net.Conn, error)
 		return nil, fmt.Errorf("port %d: the agent answered %q", port, line)
 	}
 	return c, nil
-}
-
-func (s *agentSandbox) Stat(ctx context.Context, path string) (runtime.FileInfo, error) {
-	return s.agent.Stat(ctx, path)
-}
-
-func (s *agentSandbox) ReadDir(ctx context.Context, path string) ([]runtime.FileInfo, error) {
-	return s.agent.ReadDir(ctx, path)
-}
-
-func (s *agentSandbox) MkdirAll(ctx context.Context, path string, mode os.FileMode) error {
-	return s.agent.MkdirAll(ctx, path, mode)
-}
-
-func (s *agentSandbox) MakeDir(ctx context.Context, path string, mode os.FileMode, excl bool) (runtime.FileInfo, error) {
-	return s.agent.MakeDir(ctx, path, mode, excl)
-}
-
-func (s *agentSandbox) Move(ctx context.Context, from, to string) (runtime.FileInfo, error) {
-	return s.agent.Move(ctx, from, to)
-}
-
-func (s *agentSandbox) Remove(ctx context.Context, path string, recursive bool) error {
-	return s.agent.Remove(ctx, path, recursive)
-}
-
-func (s *agentSandbox) Rename(ctx context.Context, from, to string) error {
-	return s.agent.Rename(ctx, from, to)
-}
-
-func (s *agentSandbox) ReadFile(ctx context.Context, path string) (io.ReadCloser, runtime.FileInfo, error) {
-	return s.agent.ReadFile(ctx, path)
-}
-
-func (s *agentSandbox) WriteFile(ctx context.Context, path string, mode os.FileMode, r io.Reader) error {
-	return s.agent.WriteFile(ctx, path, mode, r)
-}
-
-func (s *agentSandbox) Download(ctx context.Context, path string, opts runtime.DownloadOptions) (io.ReadCloser, error) {
-	return s.agent.Download(ctx, path, opts)
-}
-
-func (s *agentSandbox) Upload(ctx context.Context, dir string, r io.Reader) error {
-	return s.agent.Upload(ctx, dir, r)
 }
 
 // readService reads a sandbox's service.json.
@@ -377,7 +332,7 @@ func (r *Runtime) Adopt(ctx context.Context, id string) (_ runtime.Sandbox, _ *a
 			sb.seccomp = slices.Contains(s.Process.Args, "--seccomp")
 		}
 	}
-	return &agentSandbox{sandbox: sb, agent: client}, state, nil
+	return &agentSandbox{sandbox: sb, AgentClient: client}, state, nil
 }
 
 // status is runsc's state of the sandbox ("running", "paused", ...), or "".
