@@ -100,11 +100,26 @@ func TestHostLoopbackAccess(t *testing.T) {
 			t.Fatalf("another port: rule %q", hdr.Get("X-Airlock-Rule"))
 		}
 	}
-	w.mu.Lock()
-	r := w.records[0]
-	w.mu.Unlock()
-	if r.Host != rules.HostLoopback || r.Port != svc.port || r.Addr != fmt.Sprintf("127.0.0.1:%d", svc.port) || !r.Allowed || r.Rule != rule {
-		t.Fatalf("audit: %+v", r)
+	// The allowed request's record: an allowed request is recorded when
+	// its connection ends, so the denied one's record may come first.
+	var r gateway.Record
+	found := false
+	for deadline := time.Now().Add(10 * time.Second); !found && time.Now().Before(deadline); {
+		w.mu.Lock()
+		for _, rec := range w.records {
+			if rec.Allowed && rec.Port == svc.port {
+				r, found = rec, true
+				break
+			}
+		}
+		w.mu.Unlock()
+		if !found {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if !found || r.Host != rules.HostLoopback || r.Addr != fmt.Sprintf("127.0.0.1:%d", svc.port) || r.Rule != rule {
+		w.mu.Lock()
+		t.Fatalf("audit of the allowed request (found %v): %+v; all: %+v", found, r, w.records)
 	}
 
 	// airlock serve's way: only the ports its configuration lists.
