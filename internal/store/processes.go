@@ -43,14 +43,18 @@ func (s *Store) PutProcess(ctx context.Context, p *Process) error {
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
 		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM sandboxes WHERE id = ?`, p.SandboxID).Scan(&one)
+		check, err := s.prepared(ctx, tx, `SELECT 1 FROM sandboxes WHERE id = ?`)
+		if err != nil {
+			return err
+		}
+		err = check.QueryRowContext(ctx, p.SandboxID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("sandbox %q: %w", p.SandboxID, ErrNotFound)
 		}
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO processes (`+processCols+`)
+		_, err = s.preparedExec(ctx, tx, `INSERT INTO processes (`+processCols+`)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (sandbox_id, id) DO UPDATE SET
 				argv = excluded.argv, cwd = excluded.cwd, tty = excluded.tty,

@@ -63,7 +63,7 @@ func (s *Store) PutSandbox(ctx context.Context, sb *Sandbox) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		// An upsert, not INSERT OR REPLACE: replacing would delete the row and
 		// cascade to its processes.
-		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
+		_, err := s.preparedExec(ctx, tx, `INSERT INTO sandboxes (`+sandboxCols+`)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET
 				state = excluded.state, reason = excluded.reason, image = excluded.image,
@@ -75,11 +75,11 @@ func (s *Store) PutSandbox(ctx context.Context, sb *Sandbox) error {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM labels WHERE sandbox_id = ?`, sb.ID); err != nil {
+		if _, err := s.preparedExec(ctx, tx, `DELETE FROM labels WHERE sandbox_id = ?`, sb.ID); err != nil {
 			return err
 		}
 		for k, v := range sb.Labels {
-			_, err := tx.ExecContext(ctx, `INSERT INTO labels (sandbox_id, key, value) VALUES (?, ?, ?)`, sb.ID, k, v)
+			_, err := s.preparedExec(ctx, tx, `INSERT INTO labels (sandbox_id, key, value) VALUES (?, ?, ?)`, sb.ID, k, v)
 			if err != nil {
 				return err
 			}
