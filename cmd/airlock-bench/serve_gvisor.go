@@ -64,6 +64,7 @@ func gvisorServeRows(al string, n, idle int) {
 	}()
 	c, _ := client.New("unix://"+sock, "")
 	ctx := context.Background()
+	defer deleteAll(c)
 	for i := 0; c.Ready(ctx) != nil; i++ {
 		if i > 500 {
 			logf("gvisor daemon not ready:\n%s", dlog.String())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -14,9 +15,14 @@ import (
 // Conn is one end of the control channel: a SOCK_SEQPACKET unix socket.
 type Conn struct {
 	f   *os.File
-	buf []byte
 	oob []byte
 }
+
+// recvBufs holds receive buffers of a whole packet's size. A Conn takes
+// one only while a packet is there to read and gives it back once parsed
+// (nothing parsed points into it), so a daemon with many sandboxes, whose
+// channels sit idle waiting, holds a few of them instead of one each.
+var recvBufs = sync.Pool{New: func() any { b := make([]byte, maxPacket+1); return &b }}
 
 // NewConn wraps a connected SOCK_SEQPACKET socket.
 func NewConn(f *os.File) *Conn {
@@ -28,7 +34,7 @@ func NewConn(f *os.File) *Conn {
 			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, 2*maxPacket)
 		})
 	}
-	return &Conn{f: f, buf: make([]byte, maxPacket+1), oob: make([]byte, unix.CmsgSpace(16*4))}
+	return &Conn{f: f, oob: make([]byte, unix.CmsgSpace(16*4))}
 }
 
 // File returns the underlying socket.
@@ -142,16 +148,27 @@ func (c *Conn) Recv() (*Message, []*os.File, error) {
 	}
 	var n, oobn int
 	var rerr error
+	var bp *[]byte
 	err = rc.Read(func(fd uintptr) bool {
-		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), c.buf, c.oob, unix.MSG_CMSG_CLOEXEC)
-		return rerr != unix.EAGAIN
+		bp = recvBufs.Get().(*[]byte)
+		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), *bp, c.oob, unix.MSG_CMSG_CLOEXEC)
+		if rerr == unix.EAGAIN {
+			recvBufs.Put(bp)
+			bp = nil
+			return false
+		}
+		return true
 	})
+	if bp != nil {
+		defer recvBufs.Put(bp)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
 	if rerr != nil {
 		return nil, nil, rerr
 	}
+	buf := *bp
 	var files []*os.File
 	if oobn > 0 {
 		scms, err := unix.ParseSocketControlMessage(c.oob[:oobn])
@@ -172,8 +189,8 @@ func (c *Conn) Recv() (*Message, []*os.File, error) {
 		closeAll(files)
 		return nil, nil, ErrClosed
 	}
-	if i := bytes.IndexByte(c.buf[:n], 0); i >= 0 {
-		m, err := parsePayload(c.buf[:i], c.buf[i+1:n])
+	if i := bytes.IndexByte(buf[:n], 0); i >= 0 {
+		m, err := parsePayload(buf[:i], buf[i+1:n])
 		if err != nil {
 			closeAll(files)
 			return nil, nil, err
@@ -185,7 +202,7 @@ func (c *Conn) Recv() (*Message, []*os.File, error) {
 		return nil, nil, fmt.Errorf("bad control message: inline message over %d bytes", inlineFallback)
 	}
 	var m Message
-	if err := json.Unmarshal(c.buf[:n], &m); err != nil {
+	if err := json.Unmarshal(buf[:n], &m); err != nil {
 		closeAll(files)
 		return nil, nil, fmt.Errorf("bad control message: %w", err)
 	}
