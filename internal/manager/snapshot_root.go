@@ -1,0 +1,231 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/errdefs"
+	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/store"
+	"github.com/airlock-dev/airlock/internal/workspace"
+)
+
+// The root layer of snapshots.
+//
+// A native sandbox's copy-on-write root lives on a tmpfs that only its
+// mount namespace reaches; its init keeps a descriptor of it, which the
+// runtime hands the daemon (runtime.RootLayerer, pidfd_getfd; also after a
+// restart, since the init keeps it). A snapshot copies, with the sandbox
+// frozen, its rootfs/ (the root's own directories: /root, /home, /var, ...)
+// and layers/upper/<name>/ (each overlay's upper layer, with whiteouts and
+// opaque directories) into <snapshot>/root/{rootfs,upper}, owners shifted
+// from the sandbox's host ids back to in-sandbox ids, as the workspace
+// volume stores them. <snapshot>/root.json says what it holds; a snapshot
+// without them holds no root (root: false).
+//
+// A sandbox made from such a snapshot (from_snapshot, fork) gets
+// runtime.Spec.RootFrom: its init copies the layer into its own fresh tmpfs
+// before mounting its overlays, so that every fork has its own writable
+// copy. Restore in place re-creates the sandbox's runtime from the
+// snapshot (restoreRoot): the overlays of a running sandbox cannot be
+// swapped under it.
+
+// rootMeta is what <snapshot>/root.json holds.
+type rootMeta struct {
+	Bytes   int64 `json:"bytes"`
+	Entries int   `json:"entries"`
+}
+
+func (m *Manager) snapRoot(id string) string { return filepath.Join(m.snapDir(id), "root") }
+
+// rootMetaOf returns what a snapshot's root layer holds, or nil for a
+// snapshot without one.
+func (m *Manager) rootMetaOf(id string) *rootMeta {
+	b, err := os.ReadFile(filepath.Join(m.snapDir(id), "root.json"))
+	if err != nil {
+		return nil
+	}
+	var rm rootMeta
+	if json.Unmarshal(b, &rm) != nil {
+		return nil
+	}
+	if fi, err := os.Lstat(m.snapRoot(id)); err != nil || !fi.IsDir() {
+		return nil
+	}
+	return &rm
+}
+
+// rootHeld says whether a snapshot holds its sandbox's root layer.
+func (m *Manager) rootHeld(id string) bool { return m.rootMetaOf(id) != nil }
+
+// workspacePart is sn with the bytes and entries of its root layer taken
+// out: what must fit in a workspace volume.
+func (m *Manager) workspacePart(sn *store.Snapshot) *store.Snapshot {
+	rm := m.rootMetaOf(sn.ID)
+	if rm == nil {
+		return sn
+	}
+	cp := *sn
+	cp.Size -= rm.Bytes
+	cp.Files -= rm.Entries
+	return &cp
+}
+
+// rootSource is a live sandbox's root layer, open for a snapshot.
+type rootSource struct {
+	f    *os.File
+	info runtime.Info
+	why  string // why there is none (f nil)
+}
+
+// openRoot opens a sandbox's root layer. A sandbox whose root layer
+// cannot be read (rootless, made by an older version, another runtime)
+// gets a source that copies nothing, and the snapshot says root: false.
+func (m *Manager) openRoot(rt runtime.Sandbox) *rootSource {
+	rl, ok := rt.(runtime.RootLayerer)
+	if !ok {
+		return &rootSource{why: "the runtime cannot read its root layer"}
+	}
+	f, err := rl.RootLayer()
+	if err != nil {
+		return &rootSource{why: err.Error()}
+	}
+	info := rt.Info()
+	if info.HostIDs <= 0 {
+		f.Close()
+		return &rootSource{why: "its host ids are unknown"}
+	}
+	return &rootSource{f: f, info: info}
+}
+
+func (r *rootSource) close() {
+	if r != nil && r.f != nil {
+		r.f.Close()
+	}
+}
+
+func (r *rootSource) path(rel string) string {
+	return fmt.Sprintf("/proc/self/fd/%d/%s", r.f.Fd(), rel)
+}
+
+// size is what copying the root layer takes (see treeSize).
+func (r *rootSource) size() (int64, error) {
+	if r == nil || r.f == nil {
+		return 0, nil
+	}
+	a, err := treeSize(r.path("rootfs"))
+	if err != nil {
+		return 0, err
+	}
+	b, err := treeSize(r.path("layers/upper"))
+	if errors.Is(err, fs.ErrNotExist) {
+		err = nil
+	}
+	return a + b, err
+}
+
+// copyTo copies the root layer into the snapshot directory dir (root/
+// and root.json), whole or not at all; the sandbox is frozen.
+func (r *rootSource) copyTo(dir string) (*rootMeta, error) {
+	if r == nil || r.f == nil {
+		return nil, nil
+	}
+	tmp := filepath.Join(dir, "root.tmp")
+	fail := func(err error) (*rootMeta, error) {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("root layer: %w", err)
+	}
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return fail(err)
+	}
+	var rm rootMeta
+	st, err := workspace.CopyTree(r.path("rootfs"), filepath.Join(tmp, "rootfs"))
+	if err != nil {
+		return fail(err)
+	}
+	// The entries setup makes (mount points, links to the system
+	// directories: empty here) come along; a sandbox made from it makes
+	// its own and skips these.
+	rm.Entries += st.Entries
+	upper := filepath.Join(tmp, "upper")
+	if _, err := os.Lstat(r.path("layers/upper")); errors.Is(err, fs.ErrNotExist) {
+		err = os.Mkdir(upper, 0o755)
+		if err != nil {
+			return fail(err)
+		}
+	} else if st, err = workspace.CopyTree(r.path("layers/upper"), upper); err != nil {
+		return fail(err)
+	} else {
+		rm.Entries += st.Entries
+	}
+	if err := shiftOwners(tmp, r.info); err != nil {
+		return fail(err)
+	}
+	if rm.Bytes, err = treeSize(tmp); err != nil {
+		return fail(err)
+	}
+	b, _ := json.Marshal(rm)
+	if err := os.WriteFile(filepath.Join(dir, "root.json"), b, 0o600); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "root")); err != nil {
+		os.Remove(filepath.Join(dir, "root.json"))
+		return fail(err)
+	}
+	return &rm, nil
+}
+
+// shiftOwners gives every entry of the copy under dir the in-sandbox ids
+// of its host owners (info's range); an id outside it becomes 65534
+// (nobody). Chown clears set-id bits, so the mode is set again.
+func shiftOwners(dir string, info runtime.Info) error {
+	shift := func(id uint32, base int) int {
+		if int64(id) >= int64(base) && int64(id) < int64(base)+int64(info.HostIDs) {
+			return int(id) - base
+		}
+		return 65534
+	}
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if err := unix.Lchown(p, shift(st.Uid, info.HostUID), shift(st.Gid, info.HostGID)); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return nil
+		}
+		return unix.Chmod(p, st.Mode&0o7777)
+	})
+}
+
+// rootFromSnapshot sets spec.RootFrom for a sandbox made from a snapshot
+// with a root layer (rec.FromSnapshot). The snapshot cannot be deleted
+// until release (after the runtime made the sandbox).
+func (m *Manager) rootFromSnapshot(spec *runtime.Spec, rec specRecord) (release func(), err error) {
+	if rec.FromSnapshot == "" {
+		return func() {}, nil
+	}
+	m.snaps.mu.RLock()
+	if _, err := m.st.GetSnapshot(context.Background(), "", rec.FromSnapshot); err != nil {
+		m.snaps.mu.RUnlock()
+		return nil, fmt.Errorf("from_snapshot %s: deleted meanwhile: %w", rec.FromSnapshot, errdefs.ErrNotFound)
+	}
+	if !m.rootHeld(rec.FromSnapshot) {
+		m.snaps.mu.RUnlock()
+		return func() {}, nil
+	}
+	spec.RootFrom = m.snapRoot(rec.FromSnapshot)
+	return m.snaps.mu.RUnlock, nil
+}
