@@ -598,16 +598,20 @@ func (m *Manager) Restore(ctx context.Context, id string, req *api.RestoreReques
 	}
 	m.snaps.mu.Lock()
 	defer m.snaps.mu.Unlock()
-	err = frozen(ctx, rt, paused, func() error {
-		if err := killAllButInit(rt.Info().CgroupPaths); err != nil {
+	if m.rootHeld(sn.ID) {
+		err = m.restoreRoot(ctx, sb, rt, sn) // snapshot_root.go: made anew
+	} else {
+		err = frozen(ctx, rt, paused, func() error {
+			if err := killAllButInit(rt.Info().CgroupPaths); err != nil {
+				return err
+			}
+			if err := workspace.EmptyDir(ws); err != nil {
+				return err
+			}
+			_, err := workspace.CopyInto(m.snapTree(sn.ID), ws)
 			return err
-		}
-		if err := workspace.EmptyDir(ws); err != nil {
-			return err
-		}
-		_, err := workspace.CopyInto(m.snapTree(sn.ID), ws)
-		return err
-	})
+		})
+	}
 	if err != nil {
 		return api.Sandbox{}, fmt.Errorf("restore of %s to %s: %w", id, sn.ID, err)
 	}

@@ -8,11 +8,17 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/errdefs"
+	"github.com/airlock-dev/airlock/internal/record"
 	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/sandbox"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/workspace"
 )
@@ -228,4 +234,132 @@ func (m *Manager) rootFromSnapshot(spec *runtime.Spec, rec specRecord) (release 
 	}
 	spec.RootFrom = m.snapRoot(rec.FromSnapshot)
 	return m.snaps.mu.RUnlock, nil
+}
+
+// restoreRoot puts a sandbox back to a snapshot that holds a root layer,
+// in place: the runtime sandbox is made anew under the same id from the
+// snapshot (its root layer copied in by its init, its workspace volume
+// filled from the snapshot), while the API sandbox keeps its id, labels,
+// policy (with network changes made since), network audit, activity
+// record and processes' history. Its processes end (the previous
+// runtime sandbox is destroyed). The overlays of a running sandbox cannot
+// be swapped under it: its init has no capabilities left to remount
+// them, and changing an overlay's layers while it is mounted is undefined.
+// The caller holds m.snaps.mu.
+//
+// What can fail before anything is destroyed (the policy, the egress
+// files, the spec) leaves the sandbox as it was; a failure after (the
+// new runtime sandbox, its workspace, record or gateway) leaves it
+// failed, with the reason.
+func (m *Manager) restoreRoot(ctx context.Context, sb *Sandbox, old runtime.Sandbox, sn *store.Snapshot) error {
+	sb.mu.Lock()
+	rec, state := sb.spec, sb.rec.State
+	sb.mu.Unlock()
+	p, _, err := m.cfg.resolve(&api.CreateSandboxRequest{Image: rec.Image, PolicyName: rec.PolicyName, Policy: rec.Policy,
+		Resources: rec.Resources, Caches: rec.Caches, Record: rec.Record})
+	if err != nil {
+		return fmt.Errorf("its policy: %w", err)
+	}
+	caches, err := m.cfg.prepareCaches(ctx, p)
+	if err != nil {
+		return err
+	}
+	spec, err := m.specs.get(p, rec, sandbox.Opts{Insecure: m.cfg.Insecure, CgroupParent: m.cfg.CgroupParent, Caches: caches})
+	if err != nil {
+		return err
+	}
+	spec.RecordExec = rec.Record
+	spec.ID = runtimeID(sb.id)
+	spec.RootFrom = m.snapRoot(sn.ID)
+	if sandbox.HasNetwork(p) {
+		setup, err := egress.Load(m.egressDir(sb.id), applyNetwork(p.Network, rec.Network), m.cfg.secret)
+		if err != nil {
+			return err
+		}
+		spec.Binds = append(slices.Clip(spec.Binds), setup.Binds...)
+	}
+	backend, err := m.cfg.backend(rec.Runtime)
+	if err != nil {
+		return err
+	}
+
+	// From here on the sandbox is made anew or fails.
+	sb.mu.Lock()
+	if sb.ending || sb.rt != old {
+		sb.mu.Unlock()
+		return conflict("sandbox %s ended meanwhile", sb.id)
+	}
+	gw, rc := sb.egress, sb.recorder
+	sb.rt, sb.egress, sb.recorder = nil, nil, nil // watch ignores the old one's end
+	sb.mu.Unlock()
+	if gw != nil {
+		gw.Close()
+	}
+	if rc != nil {
+		rc.Stop()
+	}
+	failed := func(err error) error {
+		err = fmt.Errorf("the sandbox could not be made anew from the snapshot (it is failed now): %w", err)
+		m.destroy(context.WithoutCancel(ctx), sb, api.StateFailed, "restore: "+err.Error(), false)
+		return err
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	err = old.Destroy(dctx)
+	cancel()
+	if err != nil {
+		return failed(fmt.Errorf("end the previous one: %w", err))
+	}
+	rt, err := backend.Create(ctx, spec)
+	if err != nil {
+		return failed(err)
+	}
+	sb.mu.Lock()
+	ending := sb.ending // deleted meanwhile
+	if !ending {
+		sb.rt = rt
+	}
+	sb.mu.Unlock()
+	if ending {
+		rt.Destroy(context.WithoutCancel(ctx))
+		return conflict("sandbox %s was deleted during the restore", sb.id)
+	}
+	m.watch(sb, rt)
+	ws, err := m.workspaceOf(sb, rt)
+	if err == nil {
+		_, err = workspace.CopyInto(m.snapTree(sn.ID), ws)
+	}
+	if err != nil {
+		return failed(fmt.Errorf("workspace: %w", err))
+	}
+	if rec.Record {
+		nrc, err := record.Open(recordSink{m, sb.id})
+		if err == nil {
+			if err = m.startRecord(sb, rt, nrc, false); err != nil {
+				nrc.Stop()
+			}
+		}
+		if err != nil {
+			return failed(err)
+		}
+	}
+	ngw, env, err := m.restoreEgress(sb, rt)
+	if err != nil {
+		return failed(fmt.Errorf("egress: %w", err))
+	}
+	info := rt.Info()
+	sb.mu.Lock()
+	sb.egress, sb.egressEnv = ngw, env
+	sb.rec.HostUID, sb.rec.HostGID = info.HostUID, info.HostGID
+	sb.mu.Unlock()
+	if state == api.StatePaused {
+		if pr, ok := rt.(runtime.Pauser); ok {
+			if err := pr.Pause(ctx); err != nil {
+				return failed(fmt.Errorf("pause it again: %w", err))
+			}
+		}
+	}
+	if err := m.st.SetCreated(ctx, sb.id, state, info.HostUID, info.HostGID); err != nil {
+		return failed(err)
+	}
+	return nil
 }

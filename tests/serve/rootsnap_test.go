@@ -3,11 +3,14 @@
 package serve
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/api"
 )
@@ -129,5 +132,146 @@ func TestRootSnapshotFork(t *testing.T) {
 		if err := syscall.Lstat(filepath.Join(dir, rel), &st); err != nil || st.Uid != uid {
 			t.Errorf("snapshot file %s: owner %d (%v), want %d", rel, st.Uid, err, uid)
 		}
+	}
+}
+
+// Restore in place brings the root layer back with the workspace: the
+// sandbox keeps its id and labels, files written into the root since are
+// gone, changed ones are as they were, its processes ended, and it runs
+// on (exec, a further snapshot). A snapshot of it made before the root
+// changes restores the host's view (the deleted file back).
+func TestRootSnapshotRestore(t *testing.T) {
+	d := snapDaemon(t, "")
+	ctx := ctxT(t)
+	victimDir, victim := rootDocVictim(t)
+	sb := d.create(t, &api.CreateSandboxRequest{Labels: map[string]string{"t": "rootrestore"}})
+	clean, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "clean"})
+	if err != nil || !clean.Root {
+		t.Fatalf("snapshot of a fresh sandbox: %+v %v", clean, err)
+	}
+	d.sh(t, sb.ID, rootChanges(victimDir, victim)+"echo ws > /workspace/w\n")
+	want := rootState(t, d, sb.ID, victimDir, victim)
+	sn, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "changed"})
+	if err != nil || !sn.Root {
+		t.Fatalf("snapshot: %+v %v", sn, err)
+	}
+	p, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sleep", "600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.sh(t, sb.ID, `echo conf-v2 > /etc/rootsnap.conf && echo later > /usr/local/bin/later && rm -r /root/.cache && echo ws2 > /workspace/w`)
+	if got := rootState(t, d, sb.ID, victimDir, victim); got == want {
+		t.Fatal("control: the changes after the snapshot show no difference")
+	}
+	after, err := d.c.Restore(ctx, sb.ID, "changed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.ID != sb.ID || after.State != api.StateRunning || after.Labels["t"] != "rootrestore" {
+		t.Errorf("restored sandbox = %+v", after)
+	}
+	if got := rootState(t, d, sb.ID, victimDir, victim); got != want {
+		t.Errorf("root after restore:\n%s\nwant:\n%s", got, want)
+	}
+	if got := d.sh(t, sb.ID, "cat /workspace/w; test -e /usr/local/bin/later && echo later-present || echo later-absent"); got != "ws\nlater-absent\n" {
+		t.Errorf("after restore: %q", got)
+	}
+	pr, err := d.c.WaitProcess(ctx, sb.ID, p.ID, 30*time.Second)
+	if err != nil || pr.State == api.ProcessRunning {
+		t.Errorf("the sandbox's process after restore: %+v %v (want it ended)", pr, err)
+	}
+	// Back to before the root changes: the host's file is there again.
+	if _, err := d.c.Restore(ctx, sb.ID, "clean"); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.sh(t, sb.ID, "test -e "+victim+" && echo victim-present; test -e /etc/rootsnap.conf || echo conf-absent; ls /workspace"); got != "victim-present\nconf-absent\n" {
+		t.Errorf("after restoring the clean snapshot: %q", got)
+	}
+	// It goes on: another snapshot, with the root.
+	if s, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{}); err != nil || !s.Root {
+		t.Errorf("snapshot after restore: %+v %v", s, err)
+	}
+	if g, err := d.c.GetSandbox(ctx, sb.ID); err != nil || g.State != api.StateRunning {
+		t.Errorf("sandbox after restores: %+v %v", g, err)
+	}
+}
+
+// After kill -9 of the daemon, the re-adopted sandbox's root layer is
+// still reachable (its init keeps the descriptor): a snapshot holds it,
+// and a sandbox made from it has the root state.
+func TestRootSnapshotAfterKill(t *testing.T) {
+	d := snapDaemon(t, "")
+	victimDir, victim := rootDocVictim(t)
+	sb := d.create(t, nil)
+	d.sh(t, sb.ID, rootChanges(victimDir, victim))
+	want := rootState(t, d, sb.ID, victimDir, victim)
+	d.restart(syscall.SIGKILL)
+	ctx := ctxT(t)
+	sn, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "after-kill"})
+	if err != nil || !sn.Root {
+		t.Fatalf("snapshot after kill -9 of the daemon: %+v %v", sn, err)
+	}
+	nb, err := d.c.CreateSandbox(ctx, &api.CreateSandboxRequest{FromSnapshot: "after-kill"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rootState(t, d, nb.ID, victimDir, victim); got != want {
+		t.Errorf("from the snapshot taken after the restart:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// Nothing in the sandbox reaches the init's descriptor of the root layer
+// (/proc/1/fd, next to its own /proc/self/fd as the control) or the
+// snapshot's host directory (present on the host, absent inside, and not
+// named in its mount table).
+func TestRootSnapshotIsolation(t *testing.T) {
+	d := snapDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	d.sh(t, sb.ID, "echo secret-root > /root/mark")
+	sn, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "iso"})
+	if err != nil || !sn.Root {
+		t.Fatalf("snapshot: %+v %v", sn, err)
+	}
+	nb, err := d.c.CreateSandbox(ctx, &api.CreateSandboxRequest{FromSnapshot: "iso"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(d.stateDir, strings.TrimPrefix(nb.ID, "sb-"), "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		RootFD int `json:"root_fd"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil || st.RootFD <= 2 {
+		t.Fatalf("state.json root_fd: %s %v", b, err)
+	}
+	host := filepath.Join(d.dir, "data", "snapshots", sn.ID, "root", "rootfs", "root", "mark")
+	if got, err := os.ReadFile(host); err != nil || string(got) != "secret-root\n" {
+		t.Fatalf("control: the snapshot's file on the host: %q %v", got, err)
+	}
+	fd := strconv.Itoa(st.RootFD)
+	res, err := d.c.Exec(ctx, nb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", `
+readlink /proc/self/fd/1 >/dev/null && echo self-ok
+readlink /proc/1/fd/` + fd + ` && echo init-fd-READ
+ls /proc/1/fd/` + fd + `/ && echo init-dir-READ
+cat /proc/1/fdinfo/` + fd + ` && echo init-fdinfo-READ
+cat ` + host + ` && echo host-READ
+grep -c snapshots /proc/self/mountinfo
+cat /root/mark`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(res.Stdout)
+	t.Logf("inside:\n%s%s", out, res.Stderr)
+	if !strings.Contains(out, "self-ok") || !strings.Contains(out, "secret-root") {
+		t.Errorf("controls failed (own descriptors, the restored file): %q %q", out, res.Stderr)
+	}
+	if strings.Contains(out, "READ") {
+		t.Errorf("the sandbox reached what it must not:\n%s", out)
+	}
+	if !strings.Contains(out, "\n0\n") {
+		t.Errorf("the mount table names the snapshots' directory: %q", out)
 	}
 }
