@@ -228,9 +228,14 @@ func (m *Manager) rootFromSnapshot(spec *runtime.Spec, rec specRecord) (release 
 		m.snaps.mu.RUnlock()
 		return nil, fmt.Errorf("from_snapshot %s: deleted meanwhile: %w", rec.FromSnapshot, errdefs.ErrNotFound)
 	}
-	if !m.rootHeld(rec.FromSnapshot) {
+	rm := m.rootMetaOf(rec.FromSnapshot)
+	if rm == nil {
 		m.snaps.mu.RUnlock()
 		return func() {}, nil
+	}
+	if d := spec.Limits.Disk; d > 0 && rm.Bytes > d {
+		m.snaps.mu.RUnlock()
+		return nil, invalid("snapshot %s holds %d bytes of root layer; the sandbox's root layer holds at most %d bytes (resources.disk)", rec.FromSnapshot, rm.Bytes, d)
 	}
 	spec.RootFrom = m.snapRoot(rec.FromSnapshot)
 	return m.snaps.mu.RUnlock, nil

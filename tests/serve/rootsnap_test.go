@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
+	"github.com/airlock-dev/airlock/client"
 )
 
 // rootDocVictim is a host file under /usr/share/doc that the sandbox
@@ -273,5 +274,58 @@ cat /root/mark`}})
 	}
 	if !strings.Contains(out, "\n0\n") {
 		t.Errorf("the mount table names the snapshots' directory: %q", out)
+	}
+}
+
+// A restore in place with the root layer keeps the activity record going
+// (earlier events kept, execs after the restore recorded) and a paused
+// sandbox paused (it runs again on resume).
+func TestRootSnapshotRestoreKeeps(t *testing.T) {
+	needRecordRoot(t)
+	d := snapDaemon(t, "")
+	ctx := ctxT(t)
+	sb, err := d.c.CreateSandbox(ctx, &api.CreateSandboxRequest{Record: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.sh(t, sb.ID, "echo v1 > /etc/keep.conf && /bin/echo before-restore")
+	waitEvent(t, d.c, sb.ID, "", "the exec before the restore", func(ev api.RecordEvent) bool {
+		return ev.Type == api.RecordExec && len(ev.Argv) == 2 && ev.Argv[1] == "before-restore"
+	})
+	sn, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{})
+	if err != nil || !sn.Root {
+		t.Fatalf("snapshot: %+v %v", sn, err)
+	}
+	d.sh(t, sb.ID, "echo v2 > /etc/keep.conf")
+	if _, err := d.c.Restore(ctx, sb.ID, sn.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.sh(t, sb.ID, "cat /etc/keep.conf && /bin/echo after-restore"); got != "v1\nafter-restore\n" {
+		t.Errorf("after restore: %q", got)
+	}
+	waitEvent(t, d.c, sb.ID, "", "the exec after the restore", func(ev api.RecordEvent) bool {
+		return ev.Type == api.RecordExec && len(ev.Argv) == 2 && ev.Argv[1] == "after-restore"
+	})
+	evs := recordEvents(t, d.c, sb.ID, client.EventsQuery{})
+	var before bool
+	for _, e := range execsOf(evs) {
+		before = before || (len(e.Argv) == 2 && e.Argv[1] == "before-restore")
+	}
+	if !before {
+		t.Error("the record lost the events from before the restore")
+	}
+
+	if _, err := d.c.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.c.Restore(ctx, sb.ID, sn.ID)
+	if err != nil || r.State != api.StatePaused {
+		t.Fatalf("restore of a paused sandbox: %+v %v (want it paused)", r, err)
+	}
+	if _, err := d.c.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.sh(t, sb.ID, "cat /etc/keep.conf"); got != "v1\n" {
+		t.Errorf("after a paused restore and resume: %q", got)
 	}
 }

@@ -80,7 +80,7 @@ func TestSnapshotRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sn.Name != "s1" || sn.SandboxID != sb.ID || sn.Processes || sn.Root || !sn.Workspace || sn.Size < 300000 || sn.Labels["k"] != "v" {
+	if sn.Name != "s1" || sn.SandboxID != sb.ID || sn.Processes || !sn.Root || !sn.Workspace || sn.Size < 300000 || sn.Labels["k"] != "v" {
 		t.Errorf("snapshot = %+v", sn)
 	}
 	// The sandbox runs on after the snapshot (it was frozen, then thawed).
