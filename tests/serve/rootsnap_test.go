@@ -4,6 +4,10 @@ package serve
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -219,6 +223,23 @@ func TestRootSnapshotAfterKill(t *testing.T) {
 	if got := rootState(t, d, nb.ID, victimDir, victim); got != want {
 		t.Errorf("from the snapshot taken after the restart:\n%s\nwant:\n%s", got, want)
 	}
+	// A sandbox restored in place (its runtime made anew, on new host
+	// ids) is re-adopted after another kill -9, with its root.
+	d.sh(t, sb.ID, "echo later > /etc/rootsnap.conf")
+	if _, err := d.c.Restore(ctx, sb.ID, "after-kill"); err != nil {
+		t.Fatal(err)
+	}
+	d.restart(syscall.SIGKILL)
+	ctx = ctxT(t)
+	if g, err := d.c.GetSandbox(ctx, sb.ID); err != nil || g.State != api.StateRunning {
+		t.Fatalf("restored sandbox after kill -9: %+v %v", g, err)
+	}
+	if got := rootState(t, d, sb.ID, victimDir, victim); got != want {
+		t.Errorf("restored sandbox after kill -9:\n%s\nwant:\n%s", got, want)
+	}
+	if s, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{}); err != nil || !s.Root {
+		t.Errorf("snapshot of it: %+v %v", s, err)
+	}
 }
 
 // Nothing in the sandbox reaches the init's descriptor of the root layer
@@ -328,4 +349,50 @@ func TestRootSnapshotRestoreKeeps(t *testing.T) {
 	if got := d.sh(t, sb.ID, "cat /etc/keep.conf"); got != "v1\n" {
 		t.Errorf("after a paused restore and resume: %q", got)
 	}
+}
+
+// A restore in place with the root layer keeps the sandbox's egress: the
+// gateway serves the new runtime sandbox with the same policy (an allowed
+// host works, another is refused), and the network audit holds the
+// requests from before and after the restore.
+func TestRootSnapshotRestoreNetwork(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello %s", r.Host)
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	d := snapDaemon(t, "egress_hosts:\n  api.test: [127.0.0.1]\n  other.test: [127.0.0.1]\n")
+	ctx := ctxT(t)
+	sb := d.create(t, &api.CreateSandboxRequest{Policy: "network:\n  mode: allowlist\n  allow: [api.test, 127.0.0.1]\n"})
+	script := fmt.Sprintf(`curl -s -m 10 http://api.test:%[1]s/; echo; curl -s -m 10 -o /dev/null -w '%%{http_code}' http://other.test:%[1]s/`, u.Port())
+	want := fmt.Sprintf("hello api.test:%s\n403", u.Port())
+	if out := d.sh(t, sb.ID, script); out != want {
+		t.Fatalf("egress before the restore: %q, want %q", out, want)
+	}
+	sn, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{})
+	if err != nil || !sn.Root {
+		t.Fatalf("snapshot: %+v %v", sn, err)
+	}
+	if _, err := d.c.Restore(ctx, sb.ID, sn.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out := d.sh(t, sb.ID, script); out != want {
+		t.Fatalf("egress after the restore: %q, want %q", out, want)
+	}
+	eventually(t, 15*time.Second, "4 audited requests (2 before, 2 after the restore)", func() bool {
+		page, err := d.c.NetworkEvents(ctx, sb.ID, client.NetworkQuery{})
+		if err != nil {
+			return false
+		}
+		var ok, denied int
+		for _, e := range page.Events {
+			switch {
+			case e.Host == "api.test" && e.Allowed:
+				ok++
+			case e.Host == "other.test" && !e.Allowed:
+				denied++
+			}
+		}
+		return ok == 2 && denied == 2
+	})
 }
