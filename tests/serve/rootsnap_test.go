@@ -396,3 +396,72 @@ func TestRootSnapshotRestoreNetwork(t *testing.T) {
 		return ok == 2 && denied == 2
 	})
 }
+
+// shellImage makes an image directory with /bin/sh, rm and cat (and the
+// libraries they need, copied from the host), an /etc with one file and
+// an empty /dev.
+func shellImage(t *testing.T) string {
+	t.Helper()
+	parent := t.TempDir()
+	os.Chmod(parent, 0o755)
+	img := filepath.Join(parent, "img")
+	files := map[string]string{"/bin/sh": "", "/bin/rm": "", "/bin/cat": "", "/lib/x86_64-linux-gnu/libc.so.6": "", "/lib64/ld-linux-x86-64.so.2": ""}
+	for f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Skipf("cannot build a shell image from this host's %s: %v", f, err)
+		}
+		dst := filepath.Join(img, f)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{"dev", "etc", "root", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(img, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(img, "etc", "image-file"), []byte("from the image\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// A sandbox of an image: its root layer is the image overlay's upper
+// layer; a fork has it (a new file, a deleted image file), a restore
+// brings it back, and the image on the host is untouched.
+func TestRootSnapshotImage(t *testing.T) {
+	img := shellImage(t)
+	d := snapDaemon(t, "images:\n  shell: "+img+"\n")
+	ctx := ctxT(t)
+	sb := d.create(t, &api.CreateSandboxRequest{Image: "shell"})
+	state := `cat /etc/new /root/r; test -e /etc/image-file && echo image-file-present || echo image-file-absent`
+	d.sh(t, sb.ID, "echo new > /etc/new && echo r > /root/r && rm /etc/image-file")
+	want := "new\nr\nimage-file-absent\n"
+	if got := d.sh(t, sb.ID, state); got != want {
+		t.Fatalf("the sandbox's own state: %q", got)
+	}
+	res, err := d.c.Fork(ctx, sb.ID, &api.ForkRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Snapshot.Root {
+		t.Errorf("snapshot of an image sandbox: root false")
+	}
+	if got := d.sh(t, res.Sandboxes[0].ID, state); got != want {
+		t.Errorf("fork of an image sandbox: %q, want %q", got, want)
+	}
+	d.sh(t, sb.ID, "echo changed > /etc/new && rm /root/r")
+	if _, err := d.c.Restore(ctx, sb.ID, res.Snapshot.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.sh(t, sb.ID, state); got != want {
+		t.Errorf("image sandbox after restore: %q, want %q", got, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(img, "etc", "image-file")); err != nil || string(b) != "from the image\n" {
+		t.Errorf("the image on the host: %q %v", b, err)
+	}
+}
