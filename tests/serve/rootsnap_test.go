@@ -48,6 +48,20 @@ func rootDocVictim(t *testing.T) (dir, file string) {
 	return "", ""
 }
 
+// groupOwned is a host file under /usr/bin whose group is not root (the
+// sandbox sees it with that group), or "".
+func groupOwned() (string, uint32) {
+	ents, _ := os.ReadDir("/usr/bin")
+	for _, e := range ents {
+		var st syscall.Stat_t
+		p := "/usr/bin/" + e.Name()
+		if syscall.Lstat(p, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG && st.Uid == 0 && st.Gid != 0 && st.Gid < 65536 {
+			return p, st.Gid
+		}
+	}
+	return "", 0
+}
+
 // rootChanges writes into /usr/local/bin, /etc, /root and /opt, deletes
 // a host file and replaces a host directory (whiteouts, an opaque
 // directory), and changes a mode.
@@ -89,7 +103,26 @@ func TestRootSnapshotFork(t *testing.T) {
 	victimDir, victim := rootDocVictim(t)
 	parent := d.create(t, nil)
 	d.sh(t, parent.ID, rootChanges(victimDir, victim))
+	// A copied-up host file keeps its group (not root): the snapshot
+	// stores the in-sandbox id.
+	grp, gid := groupOwned()
+	if grp != "" {
+		d.sh(t, parent.ID, "chmod 750 "+grp)
+	}
 	want := rootState(t, d, parent.ID, victimDir, victim)
+	if grp != "" {
+		want += d.sh(t, parent.ID, "stat -c '%u:%g %a' "+grp)
+		if !strings.HasSuffix(want, fmt.Sprintf("0:%d 750\n", gid)) {
+			t.Fatalf("the parent's %s: %q", grp, want)
+		}
+	}
+	state := func(id string) string {
+		s := rootState(t, d, id, victimDir, victim)
+		if grp != "" {
+			s += d.sh(t, id, "stat -c '%u:%g %a' "+grp)
+		}
+		return s
+	}
 	for _, s := range []string{"/usr/local/bin/rs-tool 0:0 755 #!/bin/sh", "/opt/rs-opt 0:0 640 opt", "tool-v1\n/etc/rootsnap.conf\nrs-only\nvictim-absent\n"} {
 		if !strings.Contains(want, s) {
 			t.Fatalf("the parent's own state lacks %q:\n%s", s, want)
@@ -112,13 +145,13 @@ func TestRootSnapshotFork(t *testing.T) {
 	}
 	f0, f1 := res.Sandboxes[0].ID, res.Sandboxes[1].ID
 	for _, id := range []string{f0, f1} {
-		if got := rootState(t, d, id, victimDir, victim); got != want {
+		if got := state(id); got != want {
 			t.Errorf("fork %s root:\n%s\nwant (the parent's):\n%s", id, got, want)
 		}
 	}
 	d.sh(t, f0, "echo conf-f0 > /etc/rootsnap.conf && echo f0 > /usr/local/bin/only-f0 && rm /root/.cache/rs/state")
 	for _, id := range []string{f1, parent.ID} {
-		if got := rootState(t, d, id, victimDir, victim); got != want {
+		if got := state(id); got != want {
 			t.Errorf("%s after a write in fork %s:\n%s\nwant:\n%s", id, f0, got, want)
 		}
 		if got := d.sh(t, id, "test -e /usr/local/bin/only-f0 && echo leaked || echo absent"); got != "absent\n" {
@@ -132,10 +165,14 @@ func TestRootSnapshotFork(t *testing.T) {
 	// The snapshot's files carry in-sandbox owners (root: 0), never the
 	// sandbox's host ids.
 	dir := filepath.Join(d.dir, "data", "snapshots", res.Snapshot.ID, "root")
-	for rel, uid := range map[string]uint32{"upper/usr/local/bin/rs-tool": 0, "rootfs/opt/rs-opt": 0, "rootfs/var/rs-top": 0} {
+	owners := map[string][2]uint32{"upper/usr/local/bin/rs-tool": {0, 0}, "rootfs/opt/rs-opt": {0, 0}, "rootfs/var/rs-top": {0, 0}}
+	if grp != "" {
+		owners["upper"+grp] = [2]uint32{0, gid}
+	}
+	for rel, o := range owners {
 		var st syscall.Stat_t
-		if err := syscall.Lstat(filepath.Join(dir, rel), &st); err != nil || st.Uid != uid {
-			t.Errorf("snapshot file %s: owner %d (%v), want %d", rel, st.Uid, err, uid)
+		if err := syscall.Lstat(filepath.Join(dir, rel), &st); err != nil || st.Uid != o[0] || st.Gid != o[1] {
+			t.Errorf("snapshot file %s: owner %d:%d (%v), want %d:%d", rel, st.Uid, st.Gid, err, o[0], o[1])
 		}
 	}
 }
