@@ -190,7 +190,11 @@ func (r *rootSource) copyTo(dir string) (*rootMeta, error) {
 
 // shiftOwners gives every entry of the copy under dir the in-sandbox ids
 // of its host owners (info's range); an id outside it becomes 65534
-// (nobody). Chown clears set-id bits, so the mode is set again.
+// (nobody). Chown clears set-id bits, so the mode is set again, without
+// the set-id bits of regular files: in-sandbox root is host root on the
+// data disk, and no file the sandbox could shape may be set-id there.
+// (The sandbox cannot set them itself (seccomp); a copied-up set-id host
+// file has them, and inside they do nothing: no_new_privs.)
 func shiftOwners(dir string, info runtime.Info) error {
 	shift := func(id uint32, base int) int {
 		if int64(id) >= int64(base) && int64(id) < int64(base)+int64(info.HostIDs) {
@@ -209,10 +213,14 @@ func shiftOwners(dir string, info runtime.Info) error {
 		if err := unix.Lchown(p, shift(st.Uid, info.HostUID), shift(st.Gid, info.HostGID)); err != nil {
 			return err
 		}
-		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		mode := st.Mode & 0o7777
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFLNK:
 			return nil
+		case unix.S_IFREG:
+			mode &^= unix.S_ISUID | unix.S_ISGID
 		}
-		return unix.Chmod(p, st.Mode&0o7777)
+		return unix.Chmod(p, mode)
 	})
 }
 

@@ -62,6 +62,18 @@ func groupOwned() (string, uint32) {
 	return "", 0
 }
 
+// setuidFile is a set-uid root file of the host under /usr/bin, or "".
+func setuidFile() string {
+	for _, n := range []string{"passwd", "su", "mount", "chsh", "newgrp"} {
+		var st syscall.Stat_t
+		p := "/usr/bin/" + n
+		if syscall.Stat(p, &st) == nil && st.Uid == 0 && st.Mode&syscall.S_ISUID != 0 {
+			return p
+		}
+	}
+	return ""
+}
+
 // rootChanges writes into /usr/local/bin, /etc, /root and /opt, deletes
 // a host file and replaces a host directory (whiteouts, an opaque
 // directory), and changes a mode.
@@ -165,6 +177,27 @@ func TestRootSnapshotFork(t *testing.T) {
 	// The snapshot's files carry in-sandbox owners (root: 0), never the
 	// sandbox's host ids.
 	dir := filepath.Join(d.dir, "data", "snapshots", res.Snapshot.ID, "root")
+	// No regular file of it is set-id on the host (in-sandbox root is
+	// host root there), though the parent had a copied-up set-id file.
+	if suid := setuidFile(); suid != "" {
+		if got := d.sh(t, parent.ID, "touch "+suid+" && stat -c %a "+suid); !strings.HasPrefix(got, "4") {
+			t.Fatalf("control: the copied-up %s inside: mode %q", suid, got)
+		}
+		sn, err := d.c.CreateSnapshot(ctx, parent.ID, &api.CreateSnapshotRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sdir := filepath.Join(d.dir, "data", "snapshots", sn.ID, "root")
+		if _, err := os.Stat(filepath.Join(sdir, "upper", suid)); err != nil {
+			t.Fatalf("control: the copied-up %s is not in the snapshot: %v", suid, err)
+		}
+		filepath.Walk(sdir, func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() && fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+				t.Errorf("snapshot file %s is %v on the host", p, fi.Mode())
+			}
+			return nil
+		})
+	}
 	owners := map[string][2]uint32{"upper/usr/local/bin/rs-tool": {0, 0}, "rootfs/opt/rs-opt": {0, 0}, "rootfs/var/rs-top": {0, 0}}
 	if grp != "" {
 		owners["upper"+grp] = [2]uint32{0, gid}
