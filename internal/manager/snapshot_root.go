@@ -266,14 +266,15 @@ func (m *Manager) rootFromSnapshot(spec *runtime.Spec, rec specRecord) (release 
 // failed, with the reason.
 func (m *Manager) restoreRoot(ctx context.Context, sb *Sandbox, old runtime.Sandbox, sn *store.Snapshot) error {
 	sb.mu.Lock()
-	rec, state := sb.spec, sb.rec.State
+	rec, state, tenant := sb.spec, sb.rec.State, sb.rec.Tenant
 	sb.mu.Unlock()
 	p, _, err := m.cfg.resolve(&api.CreateSandboxRequest{Image: rec.Image, PolicyName: rec.PolicyName, Policy: rec.Policy,
 		Resources: rec.Resources, Caches: rec.Caches, Record: rec.Record})
 	if err != nil {
 		return fmt.Errorf("its policy: %w", err)
 	}
-	caches, err := m.cfg.prepareCaches(ctx, p)
+	// The sandbox's tenant's caches, whoever asked (an operator key may).
+	caches, err := m.cfg.prepareCaches(WithTenant(ctx, tenant), p)
 	if err != nil {
 		return err
 	}
