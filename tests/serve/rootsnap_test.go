@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/testdaemon"
 )
 
 // rootDocVictim is a host file under /usr/share/doc that the sandbox
@@ -533,5 +534,41 @@ func TestRootSnapshotImage(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(img, "etc", "image-file")); err != nil || string(b) != "from the image\n" {
 		t.Errorf("the image on the host: %q %v", b, err)
+	}
+}
+
+// A restore with the root layer, asked by an operator key, binds the
+// sandbox's tenant's caches again, not the operator's: the tenant's token
+// is there after the restore, the operator's is not (and was before in an
+// operator sandbox with the same cache, the control).
+func TestRootSnapshotRestoreTenantCaches(t *testing.T) {
+	addr := testdaemon.FreeAddr(t)
+	d := snapDaemon(t, "listen: "+addr+"\n")
+	ctx := ctxT(t)
+	k, err := d.c.CreateTenantKey(ctx, "a", "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme, _ := client.New("http://"+addr, k.Key)
+	op := d.create(t, &api.CreateSandboxRequest{Caches: []string{"npm"}})
+	d.sh(t, op.ID, "echo operator > /cache/npm/tok")
+	sb, err := acme.CreateSandbox(ctx, &api.CreateSandboxRequest{Caches: []string{"npm"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.sh(t, sb.ID, "test -e /cache/npm/tok && echo LEAK; echo acme > /cache/npm/acme")
+	sn, err := acme.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{})
+	if err != nil || !sn.Root {
+		t.Fatalf("snapshot: %+v %v", sn, err)
+	}
+	if _, err := d.c.Restore(ctx, sb.ID, sn.ID); err != nil { // the operator's key
+		t.Fatal(err)
+	}
+	got := d.sh(t, sb.ID, "cat /cache/npm/acme; test -e /cache/npm/tok && echo OPERATOR-CACHE || echo own-cache")
+	if got != "acme\nown-cache\n" {
+		t.Errorf("the tenant's sandbox after an operator's restore: %q", got)
+	}
+	if got := d.sh(t, op.ID, "cat /cache/npm/tok"); got != "operator\n" {
+		t.Errorf("control: the operator's cache: %q", got)
 	}
 }
