@@ -224,6 +224,14 @@ func shiftOwners(dir string, info runtime.Info) error {
 	})
 }
 
+// rootFits refuses a root layer larger than a sandbox's root tmpfs.
+func rootFits(spec *runtime.Spec, id string, rm *rootMeta) error {
+	if d := spec.Limits.Disk; d > 0 && rm.Bytes > d {
+		return invalid("snapshot %s holds %d bytes of root layer; the sandbox's root layer holds at most %d bytes (resources.disk)", id, rm.Bytes, d)
+	}
+	return nil
+}
+
 // rootFromSnapshot sets spec.RootFrom for a sandbox made from a snapshot
 // with a root layer (rec.FromSnapshot). The snapshot cannot be deleted
 // until release (after the runtime made the sandbox).
@@ -241,9 +249,9 @@ func (m *Manager) rootFromSnapshot(spec *runtime.Spec, rec specRecord) (release 
 		m.snaps.mu.RUnlock()
 		return func() {}, nil
 	}
-	if d := spec.Limits.Disk; d > 0 && rm.Bytes > d {
+	if err := rootFits(spec, rec.FromSnapshot, rm); err != nil {
 		m.snaps.mu.RUnlock()
-		return nil, invalid("snapshot %s holds %d bytes of root layer; the sandbox's root layer holds at most %d bytes (resources.disk)", rec.FromSnapshot, rm.Bytes, d)
+		return nil, err
 	}
 	spec.RootFrom = m.snapRoot(rec.FromSnapshot)
 	return m.snaps.mu.RUnlock, nil
@@ -285,6 +293,13 @@ func (m *Manager) restoreRoot(ctx context.Context, sb *Sandbox, old runtime.Sand
 	spec.RecordExec = rec.Record
 	spec.ID = runtimeID(sb.id)
 	spec.RootFrom = m.snapRoot(sn.ID)
+	rm := m.rootMetaOf(sn.ID)
+	if rm == nil {
+		return fmt.Errorf("snapshot %s: its root layer is gone", sn.ID)
+	}
+	if err := rootFits(spec, sn.ID, rm); err != nil {
+		return err
+	}
 	if sandbox.HasNetwork(p) {
 		setup, err := egress.Load(m.egressDir(sb.id), applyNetwork(p.Network, rec.Network), m.cfg.secret)
 		if err != nil {

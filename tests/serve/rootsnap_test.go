@@ -572,3 +572,41 @@ func TestRootSnapshotRestoreTenantCaches(t *testing.T) {
 		t.Errorf("control: the operator's cache: %q", got)
 	}
 }
+
+// A root layer larger than a sandbox's disk limit: from_snapshot and a
+// restore in place are 400s that change nothing (the restored sandbox
+// runs on with its own root), next to the same requests with room.
+func TestRootSnapshotTooLarge(t *testing.T) {
+	d := snapDaemon(t, "")
+	ctx := ctxT(t)
+	big := d.create(t, &api.CreateSandboxRequest{Resources: api.Resources{Disk: "256M"}})
+	d.sh(t, big.ID, "head -c 100000000 /dev/zero | tr '\\0' x > /usr/local/big")
+	sn, err := d.c.CreateSnapshot(ctx, big.ID, &api.CreateSnapshotRequest{Name: "big"})
+	if err != nil || !sn.Root || sn.Size < 100000000 {
+		t.Fatalf("snapshot: %+v %v", sn, err)
+	}
+	small := d.create(t, &api.CreateSandboxRequest{Resources: api.Resources{Disk: "64M"}})
+	d.sh(t, small.ID, "echo mine > /etc/mine")
+	before, _ := d.c.AllSandboxes(ctx, client.ListOptions{})
+	_, err = d.c.CreateSandbox(ctx, &api.CreateSandboxRequest{FromSnapshot: "big", Resources: api.Resources{Disk: "64M"}})
+	wantCode(t, "from_snapshot into a smaller disk", err, http.StatusBadRequest)
+	if err != nil && !strings.Contains(err.Error(), "root layer") {
+		t.Errorf("the 400 does not say why: %v", err)
+	}
+	if after, _ := d.c.AllSandboxes(ctx, client.ListOptions{}); len(after) != len(before) {
+		t.Errorf("a refused from_snapshot left %d sandboxes (was %d)", len(after), len(before))
+	}
+	_, err = d.c.Restore(ctx, small.ID, "big")
+	wantCode(t, "restore into a smaller disk", err, http.StatusBadRequest)
+	if got := d.sh(t, small.ID, "cat /etc/mine"); got != "mine\n" {
+		t.Errorf("the sandbox after a refused restore: %q", got)
+	}
+	// Controls: with room.
+	nb, err := d.c.CreateSandbox(ctx, &api.CreateSandboxRequest{FromSnapshot: "big", Resources: api.Resources{Disk: "256M"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.sh(t, nb.ID, "wc -c < /usr/local/big"); got != "100000000\n" {
+		t.Errorf("from the snapshot with room: %q", got)
+	}
+}
