@@ -314,7 +314,8 @@ func TestRootSnapshotAfterKill(t *testing.T) {
 }
 
 // Nothing in the sandbox reaches the init's descriptor of the root layer
-// (/proc/1/fd, next to its own /proc/self/fd as the control) or the
+// (/proc/1/fd or pidfd_getfd, next to its own /proc/self/fd and the host's
+// view of the descriptor as the controls) or the
 // snapshot's host directory (present on the host, absent inside, and not
 // named in its mount table).
 func TestRootSnapshotIsolation(t *testing.T) {
@@ -336,9 +337,14 @@ func TestRootSnapshotIsolation(t *testing.T) {
 	}
 	var st struct {
 		RootFD int `json:"root_fd"`
+		Init   int `json:"init"`
 	}
-	if err := json.Unmarshal(b, &st); err != nil || st.RootFD <= 2 {
-		t.Fatalf("state.json root_fd: %s %v", b, err)
+	if err := json.Unmarshal(b, &st); err != nil || st.RootFD <= 2 || st.Init <= 1 {
+		t.Fatalf("state.json root_fd, init: %s %v", b, err)
+	}
+	// Control, from the host: the init holds that descriptor, a directory.
+	if fi, err := os.Stat(fmt.Sprintf("/proc/%d/fd/%d", st.Init, st.RootFD)); err != nil || !fi.IsDir() {
+		t.Fatalf("control: the init's descriptor %d from the host: %v %v", st.RootFD, fi, err)
 	}
 	host := filepath.Join(d.dir, "data", "snapshots", sn.ID, "root", "rootfs", "root", "mark")
 	if got, err := os.ReadFile(host); err != nil || string(got) != "secret-root\n" {
@@ -352,13 +358,23 @@ ls /proc/1/fd/` + fd + `/ && echo init-dir-READ
 cat /proc/1/fdinfo/` + fd + ` && echo init-fdinfo-READ
 cat ` + host + ` && echo host-READ
 grep -c snapshots /proc/self/mountinfo
-cat /root/mark`}})
+cat /root/mark
+python3 -c '
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def getfd(pid, fd):
+    pfd = os.pidfd_open(pid)
+    r = libc.syscall(438, pfd, fd, 0)
+    return r if r >= 0 else -ctypes.get_errno()
+r = getfd(1, `+fd+`)
+print("init-getfd-READ" if r >= 0 else "init-getfd-denied %d" % -r)
+'`}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := string(res.Stdout)
 	t.Logf("inside:\n%s%s", out, res.Stderr)
-	if !strings.Contains(out, "self-ok") || !strings.Contains(out, "secret-root") {
+	if !strings.Contains(out, "self-ok") || !strings.Contains(out, "secret-root") || !strings.Contains(out, "init-getfd-denied") {
 		t.Errorf("controls failed (own descriptors, the restored file): %q %q", out, res.Stderr)
 	}
 	if strings.Contains(out, "READ") {
