@@ -366,7 +366,7 @@ def getfd(pid, fd):
     pfd = os.pidfd_open(pid)
     r = libc.syscall(438, pfd, fd, 0)
     return r if r >= 0 else -ctypes.get_errno()
-r = getfd(1, `+fd+`)
+r = getfd(1, ` + fd + `)
 print("init-getfd-READ" if r >= 0 else "init-getfd-denied %d" % -r)
 '`}})
 	if err != nil {
