@@ -429,7 +429,7 @@ func TestSnapshotCLI(t *testing.T) {
 	d.sh(t, sb.ID, "printf 'one\\ntwo\\n' > /workspace/t.txt")
 	out, errs, code := run("snapshot", sb.ID, "--name", "cli1")
 	snapID := strings.TrimSpace(out)
-	if code != 0 || !strings.HasPrefix(snapID, "snap-") || !strings.Contains(errs, "processes not captured") {
+	if code != 0 || !strings.HasPrefix(snapID, "snap-") || !strings.Contains(errs, "processes not captured") || !strings.Contains(errs, "workspace and root layer;") {
 		t.Fatalf("snapshot: %q %q %d", out, errs, code)
 	}
 	_, errs, code = run("snapshot", sb.ID, "--name", "cli1")
