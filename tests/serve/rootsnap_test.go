@@ -422,6 +422,15 @@ func TestRootSnapshotRestoreKeeps(t *testing.T) {
 	if !before {
 		t.Error("the record lost the events from before the restore")
 	}
+	var starts int
+	for _, e := range evs {
+		if e.Type == api.RecordStart {
+			starts++
+		}
+	}
+	if starts != 2 {
+		t.Errorf("%d start events, want 2 (creation and restore)", starts)
+	}
 
 	if _, err := d.c.Pause(ctx, sb.ID); err != nil {
 		t.Fatal(err)
