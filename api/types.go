@@ -585,10 +585,10 @@ type CreateSnapshotRequest struct {
 }
 
 // Snapshot is a snapshot of a sandbox's filesystem state: its workspace
-// (/workspace), taken with the sandbox frozen so that it is consistent.
-// Processes and memory are not captured (Processes is always false), nor
-// is the copy-on-write layer over the root filesystem (Root is false:
-// writes outside /workspace are not kept). A snapshot outlives its
+// (/workspace) and, where Root is true, the copy-on-write layer over its
+// root filesystem, taken with the sandbox frozen so that it is consistent.
+// Processes and memory are not captured (Processes is always false). A
+// snapshot outlives its
 // sandbox and the daemon's restarts; it belongs to the tenant of the key
 // that made it.
 type Snapshot struct {
@@ -603,7 +603,8 @@ type Snapshot struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Workspace is true: /workspace is captured.
 	Workspace bool `json:"workspace"`
-	// Root is false: the root filesystem's copy-on-write layer is not.
+	// Root: the copy-on-write layer over the root filesystem is captured
+	// too (false when it could not be read; see the OpenAPI description).
 	Root bool `json:"root"`
 	// Processes is false: running processes and memory are not captured.
 	Processes bool `json:"processes"`

@@ -21,10 +21,12 @@ func newSnapshotCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "snapshot ID [--name NAME] [--label K=V]...",
-		Short: "Snapshot a daemon sandbox's /workspace",
-		Long: `Snapshot the /workspace of a sandbox of airlock serve, with its processes
-frozen during the copy. Processes, memory and writes outside /workspace are
-not captured. Prints the snapshot's id.`,
+		Short: "Snapshot a daemon sandbox's /workspace and root layer",
+		Long: `Snapshot the /workspace of a sandbox of airlock serve and the copy-on-write
+layer over its root filesystem (what it wrote or deleted outside /workspace,
+e.g. packages installed into /usr/local), with its processes frozen during
+the copy. Processes and memory are not captured. Prints the snapshot's id;
+the summary says whether the root layer is held.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l, err := parseLabels(labels)
@@ -43,8 +45,12 @@ not captured. Prints the snapshot's id.`,
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(sn)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), sn.ID)
-			fmt.Fprintf(cmd.ErrOrStderr(), "airlock: snapshot %s (%s): %d entries, %s, in %.3fs (processes not captured)\n",
-				sn.ID, sn.Name, sn.Files, quota.Human(sn.Size), sn.Seconds)
+			what := "workspace and root layer"
+			if !sn.Root {
+				what = "workspace only: the root layer could not be read"
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "airlock: snapshot %s (%s): %d entries, %s, in %.3fs (%s; processes not captured)\n",
+				sn.ID, sn.Name, sn.Files, quota.Human(sn.Size), sn.Seconds, what)
 			return nil
 		},
 	}
@@ -163,7 +169,8 @@ func newForkCmd() *cobra.Command {
 		Use:   "fork ID [-n N] [--label K=V]...",
 		Short: "Make N sandboxes from a snapshot of a sandbox's current state",
 		Long: `Snapshot the sandbox, then make N sandboxes from it, each with its own copy
-of /workspace (a write in one is seen by no other, nor by the parent). All
+of /workspace and of the root layer (a write in one is seen by no other, nor
+by the parent). All
 or nothing: past the daemon's max_sandboxes nothing is made. Prints the new
 sandboxes' ids, one a line.`,
 		Args: cobra.ExactArgs(1),
@@ -200,10 +207,10 @@ sandboxes' ids, one a line.`,
 func newRestoreCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "restore ID SNAPSHOT",
-		Short: "Put a sandbox's /workspace back to a snapshot, in place",
-		Long: `Put the sandbox's /workspace back to the snapshot (id or name). The sandbox
-keeps its id, policy and network audit; every process running in it is
-killed first.`,
+		Short: "Put a sandbox's /workspace and root layer back to a snapshot, in place",
+		Long: `Put the sandbox's /workspace, and its root layer where the snapshot holds
+it, back to the snapshot (id or name). The sandbox keeps its id, policy,
+network audit and record; every process running in it ends.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newClient(cmd)

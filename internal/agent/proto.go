@@ -274,6 +274,11 @@ type Ready struct {
 	// take it back (pidfd_getfd) and the listener never closes while the
 	// sandbox lives; 0: none kept.
 	ExecListenerFD int `json:"exec_listener_fd,omitempty"`
+	// RootFD is the descriptor (O_PATH, close-on-exec) under which the
+	// init keeps the tmpfs that holds its root's copy-on-write layers, so
+	// that a root supervisor can read them (pidfd_getfd) for a snapshot;
+	// 0: none kept.
+	RootFD int `json:"root_fd,omitempty"`
 }
 
 // Error reports a failure. Layer names the isolation layer or step that

@@ -169,6 +169,11 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 	spec.RecordExec = rec.Record
 	rid := newID()
 	spec.ID = rid
+	release, err := m.rootFromSnapshot(spec, rec) // snapshot_root.go
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	var setup *egress.Setup
 	if sandbox.HasNetwork(p) {
 		// The sandbox's CA and credentials, before the sandbox exists: its

@@ -21,7 +21,8 @@ func (m *Manager) watch(sb *Sandbox, rt runtime.Sandbox) {
 	go func() {
 		<-w.Done()
 		sb.mu.Lock()
-		ending := sb.ending
+		// Nor replaced: a restore made it anew (restoreRoot).
+		ending := sb.ending || sb.rt != rt
 		sb.mu.Unlock()
 		if !ending {
 			m.log.Warn("sandbox agent gone", "sandbox", sb.id)

@@ -340,6 +340,9 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 	}
 	var stats workspace.CopyStats
 	var copySecs float64
+	root := m.openRoot(rt)
+	defer root.close()
+	var rootStats *rootMeta
 	err = frozen(ctx, rt, paused, func() error {
 		// What the copy will take, before it is made: hard links are
 		// copied once per name, so this can exceed the volume's size.
@@ -347,6 +350,11 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 		if err != nil {
 			return err
 		}
+		rootNeed, err := root.size()
+		if err != nil {
+			return err
+		}
+		need += rootNeed
 		if err := m.makeRoom(ctx, need); err != nil {
 			return err
 		}
@@ -355,6 +363,9 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 		}
 		t0 := time.Now()
 		stats, err = workspace.CopyTree(ws, filepath.Join(dir, "workspace"))
+		if err == nil {
+			rootStats, err = root.copyTo(dir)
+		}
 		copySecs = time.Since(t0).Seconds()
 		return err
 	})
@@ -366,6 +377,11 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 	if n, err := treeSize(filepath.Join(dir, "workspace")); err == nil {
 		stats.Bytes = n
 	}
+	if rootStats != nil {
+		stats.Bytes, stats.Entries = stats.Bytes+rootStats.Bytes, stats.Entries+rootStats.Entries
+	} else {
+		m.log.Info("snapshot without the root layer", "sandbox", id, "why", root.why)
+	}
 	sb.mu.Lock()
 	rec := store.Snapshot{ID: sid, Name: name, Tenant: tenant, SandboxID: sb.id, Image: sb.rec.Image, Spec: sb.spec.marshal(),
 		Labels: labels, Size: stats.Bytes, Files: stats.Entries, CreatedAt: time.Now().UTC()}
@@ -375,6 +391,7 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 		return api.Snapshot{}, err
 	}
 	v := snapshotView(&rec)
+	v.Root = rootStats != nil
 	v.Seconds = time.Since(start).Seconds()
 	m.log.Debug("snapshot", "sandbox", id, "snapshot", sid, "bytes", stats.Bytes, "entries", stats.Entries, "copy_s", copySecs, "total_s", v.Seconds)
 	return v, nil
@@ -390,7 +407,9 @@ func (m *Manager) ListSnapshots(ctx context.Context) (api.SnapshotList, error) {
 	out := api.SnapshotList{Snapshots: []api.Snapshot{}, Used: used, Quota: m.cfg.SnapshotQuota}
 	for _, sn := range list {
 		if maySee(ctx, sn.Tenant) {
-			out.Snapshots = append(out.Snapshots, snapshotView(sn))
+			v := snapshotView(sn)
+			v.Root = m.rootHeld(sn.ID)
+			out.Snapshots = append(out.Snapshots, v)
 		}
 	}
 	return out, nil
@@ -402,7 +421,9 @@ func (m *Manager) GetSnapshot(ctx context.Context, ref string) (api.Snapshot, er
 	if err != nil {
 		return api.Snapshot{}, err
 	}
-	return snapshotView(sn), nil
+	v := snapshotView(sn)
+	v.Root = m.rootHeld(sn.ID)
+	return v, nil
 }
 
 // DeleteSnapshot removes a snapshot and its files. Sandboxes made from it
@@ -450,7 +471,7 @@ func (m *Manager) fillFromSnapshot(sb *Sandbox, sn *store.Snapshot) error {
 	if err != nil {
 		return err
 	}
-	if err := fitsVolume(ws, sn); err != nil {
+	if err := fitsVolume(ws, m.workspacePart(sn)); err != nil {
 		return err
 	}
 	m.snaps.mu.RLock()
@@ -572,21 +593,25 @@ func (m *Manager) Restore(ctx context.Context, id string, req *api.RestoreReques
 	if sn.Image != image {
 		return api.Sandbox{}, invalid("snapshot %s is of image %s; sandbox %s runs image %s", errdefs.Quote(req.Snapshot), errdefs.Quote(sn.Image), id, errdefs.Quote(image))
 	}
-	if err := fitsVolume(ws, sn); err != nil {
+	if err := fitsVolume(ws, m.workspacePart(sn)); err != nil {
 		return api.Sandbox{}, err
 	}
 	m.snaps.mu.Lock()
 	defer m.snaps.mu.Unlock()
-	err = frozen(ctx, rt, paused, func() error {
-		if err := killAllButInit(rt.Info().CgroupPaths); err != nil {
+	if m.rootHeld(sn.ID) {
+		err = m.restoreRoot(ctx, sb, rt, sn) // snapshot_root.go: made anew
+	} else {
+		err = frozen(ctx, rt, paused, func() error {
+			if err := killAllButInit(rt.Info().CgroupPaths); err != nil {
+				return err
+			}
+			if err := workspace.EmptyDir(ws); err != nil {
+				return err
+			}
+			_, err := workspace.CopyInto(m.snapTree(sn.ID), ws)
 			return err
-		}
-		if err := workspace.EmptyDir(ws); err != nil {
-			return err
-		}
-		_, err := workspace.CopyInto(m.snapTree(sn.ID), ws)
-		return err
-	})
+		})
+	}
 	if err != nil {
 		return api.Sandbox{}, fmt.Errorf("restore of %s to %s: %w", id, sn.ID, err)
 	}

@@ -250,6 +250,13 @@ type Spec struct {
 	// that cannot do it refuse the spec.
 	RecordExec bool
 
+	// RootFrom is a host directory holding a root layer captured from
+	// another sandbox (RootLayerer): rootfs/ (the plain directories of the
+	// root) and upper/<name>/ (each overlay's upper layer), owned by
+	// in-sandbox ids. The new sandbox's copy-on-write root starts as a copy
+	// of it. Backends that cannot do it refuse the spec.
+	RootFrom string
+
 	Insecure Insecure
 	// CgroupParent overrides where the sandbox's cgroup is created.
 	CgroupParent string
@@ -308,6 +315,17 @@ type Info struct {
 type Pauser interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
+}
+
+// RootLayerer is implemented by sandboxes whose copy-on-write root layer
+// the host can read: RootLayer returns a directory (O_PATH) holding
+// rootfs/ (the root's own directories: /root, /home, /var, ... and what
+// was made at /) and layers/upper/<name>/ (the upper layer of each
+// overlay: "usr", "etc", ... or "image"), with their files owned by the
+// sandbox's host ids (Info.HostUID, HostGID, HostIDs). The caller closes
+// it; it must not write there while the sandbox runs.
+type RootLayerer interface {
+	RootLayer() (*os.File, error)
 }
 
 // Listeners is implemented by sandboxes created with Spec.Listen: the

@@ -80,7 +80,7 @@ func TestSnapshotRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sn.Name != "s1" || sn.SandboxID != sb.ID || sn.Processes || sn.Root || !sn.Workspace || sn.Size < 300000 || sn.Labels["k"] != "v" {
+	if sn.Name != "s1" || sn.SandboxID != sb.ID || sn.Processes || !sn.Root || !sn.Workspace || sn.Size < 300000 || sn.Labels["k"] != "v" {
 		t.Errorf("snapshot = %+v", sn)
 	}
 	// The sandbox runs on after the snapshot (it was frozen, then thawed).
@@ -429,7 +429,7 @@ func TestSnapshotCLI(t *testing.T) {
 	d.sh(t, sb.ID, "printf 'one\\ntwo\\n' > /workspace/t.txt")
 	out, errs, code := run("snapshot", sb.ID, "--name", "cli1")
 	snapID := strings.TrimSpace(out)
-	if code != 0 || !strings.HasPrefix(snapID, "snap-") || !strings.Contains(errs, "processes not captured") {
+	if code != 0 || !strings.HasPrefix(snapID, "snap-") || !strings.Contains(errs, "processes not captured") || !strings.Contains(errs, "workspace and root layer;") {
 		t.Fatalf("snapshot: %q %q %d", out, errs, code)
 	}
 	_, errs, code = run("snapshot", sb.ID, "--name", "cli1")

@@ -39,6 +39,9 @@ func unsupported(spec *runtime.Spec) error {
 	if spec.RecordExec {
 		return fmt.Errorf("the activity record (--record: seccomp user notification on exec in the sandbox's own kernel): %w; use the native runtime", ErrUnsupported)
 	}
+	if spec.RootFrom != "" {
+		return fmt.Errorf("a root layer from a snapshot: %w; use the native runtime", ErrUnsupported)
+	}
 	if os.Geteuid() != 0 && !spec.Insecure.NoCgroups {
 		return fmt.Errorf("cgroups without root: %w; run as root or pass --insecure-no-cgroups", ErrUnsupported)
 	}

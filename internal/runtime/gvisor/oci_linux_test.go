@@ -133,6 +133,11 @@ func TestUnsupported(t *testing.T) {
 	if !errors.Is(err, ErrUnsupported) || !contains(err.Error(), "--workspace-mode live") {
 		t.Errorf("an overlay workspace: %v", err)
 	}
+	// So is a root layer from a snapshot.
+	err = unsupported(&runtime.Spec{Seccomp: []runtime.SockFilter{{}}, Insecure: runtime.Insecure{NoCgroups: true}, RootFrom: "/snap/root"})
+	if !errors.Is(err, ErrUnsupported) || !contains(err.Error(), "root layer") {
+		t.Errorf("a root layer from a snapshot: %v", err)
+	}
 }
 
 // Find names the install command when runsc is missing.

@@ -137,6 +137,7 @@ func (r *Runtime) adopt(ctx context.Context, id string, listen bool) (runtime.Sa
 		}
 		sb.recordExec, sb.execListenerFD = true, st.ExecListenerFD
 	}
+	sb.rootFD = st.RootFD
 	if len(st.Cgroups) > 0 {
 		if sb.cg, err = cgroup.Open(st.Cgroups); err != nil {
 			return fail(err)

@@ -162,6 +162,7 @@ func initSandboxSteps(conn *agent.Conn) (_ *agent.Ready, listener *os.File, _ er
 		return nil, nil, inLayer(layerFilesystem, err)
 	}
 	ready.Placeholders = placeholders
+	ready.RootFD = keptRoot
 	step("mounts", t0)
 
 	if err := setRlimits(&s); err != nil {

@@ -384,6 +384,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, &LayerError{Layer: layerRecord, Err: errors.New("the sandbox init keeps no copy of the exec listener for a later supervisor")}
 	}
 	sb.execListenerFD = ready.ExecListenerFD
+	sb.rootFD = ready.RootFD
 	if len(sb.listeners) != len(spec.Listen) {
 		return nil, &LayerError{Layer: layerNamespaces, Err: fmt.Errorf("asked for %d listeners inside the sandbox, got %d", len(spec.Listen), len(sb.listeners))}
 	}
@@ -441,6 +442,9 @@ func (sb *sandbox) buildSetup(spec *runtime.Spec, root string, pid int, owners *
 		}
 	}
 	if sb.info.Rootless {
+		if spec.RootFrom != "" {
+			return nil, nil, &LayerError{Layer: layerFilesystem, Err: errors.New("a root layer from a snapshot needs a root supervisor (idmapped mounts)")}
+		}
 		return st, nil, nil
 	}
 	t0 := time.Now()
@@ -451,6 +455,16 @@ func (sb *sandbox) buildSetup(spec *runtime.Spec, root string, pid int, owners *
 	fds, names, err := idmappedMounts(pid, spec.Image, st.Etc, sb.workspace, st.WorkspaceLayer, st.Mounts, ns)
 	if err != nil {
 		return nil, nil, &LayerError{Layer: layerFilesystem, Err: err, Fix: "idmapped mounts need Linux >= 5.19 and a filesystem that supports them"}
+	}
+	if spec.RootFrom != "" {
+		f, err := rootSnapMount(pid, spec.RootFrom)
+		if err != nil {
+			for _, f := range fds {
+				f.Close()
+			}
+			return nil, nil, &LayerError{Layer: layerFilesystem, Err: err}
+		}
+		fds, names = append(fds, f), append(names, "rootsnap")
 	}
 	st.IDMapped = names
 	sb.info.Steps["idmap"] = time.Since(t0)

@@ -27,12 +27,21 @@ func buildRoot(s *setup, idmapped map[string]*os.File, step func(string)) ([]str
 	if err := mount("airlock", top, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpfsOptions(s.Disk, 0o755)); err != nil {
 		return nil, err
 	}
+	if err := keepRoot(top); err != nil {
+		return nil, err
+	}
 	newRoot := filepath.Join(top, "rootfs")
 	layers := filepath.Join(top, "layers")
 	for _, d := range []string{newRoot, layers} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return nil, err
 		}
+	}
+	if f := idmapped["rootsnap"]; f != nil {
+		if err := fillRoot(f, top); err != nil {
+			return nil, err
+		}
+		step("mounts.rootsnap")
 	}
 	// pivot_root needs the new root to be a mount point.
 	if err := mount(newRoot, newRoot, "", unix.MS_BIND, ""); err != nil {
@@ -201,7 +210,12 @@ func hostRoot(newRoot, layers, etc string, idmapped map[string]*os.File, step fu
 		mode os.FileMode
 	}{{"root", 0o700}, {"home", 0o755}, {"var", 0o755}, {"var/tmp", 0o1777}, {"run", 0o755}, {"mnt", 0o755}, {"opt", 0o755}} {
 		p := filepath.Join(newRoot, d.path)
-		if err := os.Mkdir(p, d.mode); err != nil {
+		if err := os.Mkdir(p, d.mode); errors.Is(err, fs.ErrExist) {
+			if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+				continue // from a captured root layer (fillRoot), as it was
+			}
+			return err
+		} else if err != nil {
 			return err
 		}
 		if err := os.Chmod(p, d.mode); err != nil {

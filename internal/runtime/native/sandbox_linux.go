@@ -51,6 +51,8 @@ type sandbox struct {
 	execListener *os.File // the exec notification listener, handed to the caller
 	// execListenerFD is the init's own copy of it (detached sandboxes).
 	execListenerFD int
+	// rootFD is the init's descriptor of its root tmpfs (RootLayer).
+	rootFD int
 
 	reaperMu    sync.Mutex
 	reaperTimer *time.Timer
@@ -448,7 +450,7 @@ func (sb *sandbox) state() *stateFile {
 		Workspace: sb.workspace, Volume: sb.volume, Placeholders: sb.placeholders, Cgroups: sb.info.CgroupPaths,
 		Detached: sb.detached, Init: sb.initPid, InitStart: procStart(sb.initPid),
 		HostUID: sb.info.HostUID, HostGID: sb.info.HostGID, Rootless: sb.info.Rootless, LandlockABI: sb.info.LandlockABI, TempWS: sb.tempWorkspace,
-		Listen: sb.listen, ExecListenerFD: sb.execListenerFD,
+		Listen: sb.listen, ExecListenerFD: sb.execListenerFD, RootFD: sb.rootFD,
 	}
 }
 

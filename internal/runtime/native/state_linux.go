@@ -43,6 +43,8 @@ type stateFile struct {
 	// ExecListenerFD is the descriptor of the exec listener (Spec.RecordExec)
 	// the init keeps: an adopting supervisor takes it with pidfd_getfd.
 	ExecListenerFD int `json:"exec_listener_fd,omitempty"`
+	// RootFD is the init's descriptor of its root layer (RootLayer).
+	RootFD int `json:"root_fd,omitempty"`
 }
 
 // writeState records st, owned by this process, in the state directory.

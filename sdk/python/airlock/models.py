@@ -390,9 +390,9 @@ class CreateSnapshotRequest(Model):
 
 @dataclass
 class Snapshot(Model):
-    """A snapshot of a sandbox's /workspace. Processes, memory and the root
-    filesystem's copy-on-write layer are not captured (processes and root
-    are always False)."""
+    """A snapshot of a sandbox's /workspace and, where root is True, of the
+    copy-on-write layer over its root filesystem. Processes and memory are
+    not captured (processes is always False)."""
 
     id: str = ""
     name: str = ""

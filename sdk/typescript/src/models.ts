@@ -910,7 +910,7 @@ export interface CreateSnapshotRequest {
 }
 
 /**
- * A snapshot of a sandbox's filesystem state: its /workspace, copied with the sandbox's cgroup frozen so that it is consistent. Processes and memory are not captured (processes is false), nor is the copy-on-write layer over the root filesystem (root is false: writes outside /workspace are not kept). It outlives its sandbox and the daemon's restarts, and belongs to the tenant of the key that made it.
+ * A snapshot of a sandbox's filesystem state: its /workspace and, where root is true, the copy-on-write layer over its root filesystem (what it wrote or deleted outside /workspace), copied with the sandbox's cgroup frozen so that it is consistent. Processes and memory are not captured (processes is false). It outlives its sandbox and the daemon's restarts, and belongs to the tenant of the key that made it.
  */
 export interface Snapshot {
   /**
@@ -950,7 +950,7 @@ export interface Snapshot {
    */
   workspace: boolean;
   /**
-   * Always false: the root filesystem's copy-on-write layer is not captured.
+   * True when the snapshot holds the copy-on-write layer over the sandbox's root filesystem (writes and deletions outside /workspace); a sandbox made from it, forked or restored to it gets that root. False when it could not be read (a sandbox made by an older airlock): then only /workspace is held.
    */
   root: boolean;
   /**
