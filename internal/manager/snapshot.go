@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,7 +48,23 @@ const maxDiffBytes = 16 << 20
 // maxFork bounds one fork request.
 const maxFork = 64
 
-var snapNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+// snapName reports whether s is a valid snapshot name: 1-128 letters,
+// digits, '.', '_' or '-', starting with a letter or digit. (A regular
+// expression with a {0,127} repetition cost 1700 allocations, 0.28 ms, in
+// every airlock process's start.)
+func snapName(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // forkLabel marks the snapshots forks make: garbage collection may remove
 // them (oldest first) when the quota is reached and no live sandbox was
@@ -303,7 +318,7 @@ func (m *Manager) removeSnapshot(ctx context.Context, sn *store.Snapshot) error 
 
 // CreateSnapshot snapshots a sandbox's workspace.
 func (m *Manager) CreateSnapshot(ctx context.Context, id string, req *api.CreateSnapshotRequest) (api.Snapshot, error) {
-	if req.Name != "" && (!snapNameRE.MatchString(req.Name) || strings.HasPrefix(req.Name, "snap-")) {
+	if req.Name != "" && (!snapName(req.Name) || strings.HasPrefix(req.Name, "snap-")) {
 		return api.Snapshot{}, invalid("name %s: want 1-128 letters, digits, '.', '_' or '-', not starting with snap-", errdefs.Quote(req.Name))
 	}
 	if err := checkLabels(req.Labels); err != nil {
