@@ -93,7 +93,7 @@ func TestInstallThread(t *testing.T) {
 	want := map[string]string{
 		"self":      "seccomp=2",
 		"other":     "seccomp=0", // control: only the calling thread
-		"bpf-self": "EPERM",
+		"bpf-self":  "EPERM",
 		"fromself":  "nested seccomp=2 exit=ok",
 		"fromother": "nested seccomp=0 exit=ok", // control
 	}
