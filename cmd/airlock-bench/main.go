@@ -689,7 +689,9 @@ func printText(w io.Writer, rep *report) {
 			runs = s.Runs
 		}
 	}
-	if len(rep.Steps) == 0 {
+	if len(rep.Steps) == 0 && gvisorOnly {
+		b.WriteString("(not measured: -gvisor-only)\n")
+	} else if len(rep.Steps) == 0 {
 		b.WriteString("(no successful run)\n")
 	}
 	for _, s := range rep.Steps {
