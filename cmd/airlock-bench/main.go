@@ -212,6 +212,8 @@ func main() {
 	airlockPath := flag.String("airlock", "./bin/airlock", "airlock binary to measure")
 	bwrapPath := flag.String("bwrap", "bwrap", "bubblewrap binary to compare against (looked up in PATH)")
 	asJSON := flag.Bool("json", false, "print the results as JSON instead of tables")
+	flag.StringVar(&baselinePath, "baseline", "", "a second airlock binary (e.g. the build before a change) whose gvisor row runs interleaved with the others")
+	flag.BoolVar(&gvisorOnly, "gvisor-only", false, "measure only bare and the gvisor rows")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: airlock-bench [-n 100] [-airlock ./bin/airlock] [-json]\n\n")
 		flag.PrintDefaults()
@@ -223,6 +225,13 @@ func main() {
 	}
 	os.Exit(run(*n, *airlockPath, *bwrapPath, *asJSON))
 }
+
+// Set by flags: a baseline binary for a side-by-side gvisor row, and
+// whether to leave the native rows out.
+var (
+	baselinePath string
+	gvisorOnly   bool
+)
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "airlock-bench: "+format+"\n", args...)
@@ -251,7 +260,12 @@ func run(n int, airlockPath, bwrapPath string, asJSON bool) int {
 	rep.Airlock = al
 
 	configs := []*config{{key: "bare", name: "bare /bin/true (fork+exec)", argv: []string{"/bin/true"}}}
-	if bw, err := exec.LookPath(bwrapPath); err != nil {
+	if gvisorOnly {
+		bwrapPath = ""
+	}
+	if bwrapPath == "" {
+		rep.Skipped = append(rep.Skipped, skipped{"bwrap /bin/true", "-gvisor-only"})
+	} else if bw, err := exec.LookPath(bwrapPath); err != nil {
 		reason := fmt.Sprintf("%s not found (%v); install it with `apt-get install -y bubblewrap` to compare against it", bwrapPath, err)
 		logf("skipping the bubblewrap row: %s", reason)
 		rep.Skipped = append(rep.Skipped, skipped{"bwrap /bin/true", reason})
@@ -262,13 +276,15 @@ func run(n int, airlockPath, bwrapPath string, asJSON bool) int {
 		}
 		configs = append(configs, &config{key: "bwrap", name: "bwrap /bin/true", argv: append([]string{bw}, bwrapArgs...)})
 	}
-	configs = append(configs,
-		&config{key: "airlock", name: "airlock run -- /bin/true", argv: []string{al, "run", "--", "/bin/true"}},
-		&config{key: "airlock-no-cgroups", name: "airlock --insecure-no-cgroups (attribution)", attribution: true,
-			argv: []string{al, "run", "--insecure-no-cgroups", "--", "/bin/true"}},
-		&config{key: "airlock-no-landlock-seccomp", name: "airlock --insecure-no-landlock --insecure-no-seccomp (attribution)", attribution: true,
-			argv: []string{al, "run", "--insecure-no-landlock", "--insecure-no-seccomp", "--", "/bin/true"}},
-	)
+	if !gvisorOnly {
+		configs = append(configs,
+			&config{key: "airlock", name: "airlock run -- /bin/true", argv: []string{al, "run", "--", "/bin/true"}},
+			&config{key: "airlock-no-cgroups", name: "airlock --insecure-no-cgroups (attribution)", attribution: true,
+				argv: []string{al, "run", "--insecure-no-cgroups", "--", "/bin/true"}},
+			&config{key: "airlock-no-landlock-seccomp", name: "airlock --insecure-no-landlock --insecure-no-seccomp (attribution)", attribution: true,
+				argv: []string{al, "run", "--insecure-no-landlock", "--insecure-no-seccomp", "--", "/bin/true"}},
+		)
+	}
 
 	// The gVisor tier, when its runsc is installed: airlock on gvisor
 	// against runsc's own one-shot command (target: at most 1.0x).
@@ -289,6 +305,18 @@ func run(n int, airlockPath, bwrapPath string, asJSON bool) int {
 				// costs, end to end.
 				&config{key: "airlock-gvisor-no-cgroups", name: "airlock --runtime gvisor --insecure-no-cgroups (attribution)", attribution: true,
 					argv: []string{al, "run", "--runtime", "gvisor", "--insecure-no-cgroups", "--", "/bin/true"}})
+			if baselinePath != "" {
+				base, err := filepath.Abs(baselinePath)
+				if err == nil {
+					_, err = os.Stat(base)
+				}
+				if err != nil {
+					logf("-baseline %s: %v", baselinePath, err)
+					return 2
+				}
+				configs = append(configs, &config{key: "airlock-gvisor-baseline", name: "baseline airlock run --runtime gvisor -- /bin/true (-baseline)", attribution: true,
+					argv: []string{base, "run", "--runtime", "gvisor", "--", "/bin/true"}})
+			}
 		}
 	}
 
@@ -371,10 +399,14 @@ func run(n int, airlockPath, bwrapPath string, asJSON bool) int {
 	}
 
 	// Part 2: the steps airlock reports with -v.
-	logf("airlock run -v -- /bin/true x %d, for the per-step timings", n)
+	if !gvisorOnly {
+		logf("airlock run -v -- /bin/true x %d, for the per-step timings", n)
+	}
 	verbose := []string{al, "run", "-v", "--", "/bin/true"}
 	steps := map[string][]float64{}
-	if err := r.warmUp(rep, "airlock-v", "airlock run -v", verbose); err != nil {
+	if gvisorOnly {
+		rep.Skipped = append(rep.Skipped, skipped{"airlock run -v (per-step timings)", "-gvisor-only"})
+	} else if err := r.warmUp(rep, "airlock-v", "airlock run -v", verbose); err != nil {
 		w := "airlock run -v could not run: no per-step timings"
 		rep.Warnings = append(rep.Warnings, w)
 	} else {
@@ -657,7 +689,9 @@ func printText(w io.Writer, rep *report) {
 			runs = s.Runs
 		}
 	}
-	if len(rep.Steps) == 0 {
+	if len(rep.Steps) == 0 && gvisorOnly {
+		b.WriteString("(not measured: -gvisor-only)\n")
+	} else if len(rep.Steps) == 0 {
 		b.WriteString("(no successful run)\n")
 	}
 	for _, s := range rep.Steps {

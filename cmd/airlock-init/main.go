@@ -26,9 +26,15 @@ func main() {
 	// Run from a memfd, the process and the runtime's threads would be
 	// named after its descriptor ("11") in ps and top.
 	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&[]byte("airlock-init\x00")[0])), 0, 0, 0)
-	if tasks, err := os.ReadDir("/proc/self/task"); err == nil {
-		for _, t := range tasks {
-			os.WriteFile("/proc/self/task/"+t.Name()+"/comm", []byte("airlock-init"), 0)
+	// The runtime's other threads too, where the host's ps sees them; in
+	// a gVisor sandbox only its own ps would, and each of those writes is
+	// a round trip through the Sentry's /proc on the command's start path.
+	gvisorMode := len(os.Args) > 1 && (os.Args[1] == gvisor.InitArg || os.Args[1] == gvisor.ExecArg)
+	if !gvisorMode {
+		if tasks, err := os.ReadDir("/proc/self/task"); err == nil {
+			for _, t := range tasks {
+				os.WriteFile("/proc/self/task/"+t.Name()+"/comm", []byte("airlock-init"), 0)
+			}
 		}
 	}
 	if got := os.Getenv(initbin.BuildEnv); got != initbin.BuildID {

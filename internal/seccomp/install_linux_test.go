@@ -28,6 +28,8 @@ func TestMain(m *testing.M) {
 	switch os.Getenv(childEnv) {
 	case "install":
 		os.Exit(childMain())
+	case "thread":
+		os.Exit(threadChildMain()) // thread_linux_test.go
 	case "nested":
 		// A fresh Go program started under the filter: the runtime must
 		// initialise, and the filter must be inherited.

@@ -13,6 +13,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -71,6 +72,38 @@ func hostTraces(d *daemon, b serveBackend, rid string) []string {
 		}
 	}
 	return out
+}
+
+// sentryInCgroup checks that the gVisor sandbox whose state directory is
+// dir has the host cgroup airlock made (recorded in cgroup.json, as a
+// re-adopting daemon reads it) and that runsc's Sentry runs in every
+// directory of it.
+func sentryInCgroup(t *testing.T, dir string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "cgroup.json"))
+	var paths []string
+	if err == nil {
+		err = json.Unmarshal(raw, &paths)
+	}
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("the sandbox's cgroup record: %v %q", err, raw)
+	}
+	for _, p := range paths {
+		procs, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		if err != nil {
+			t.Fatalf("cgroup %s: %v", p, err)
+		}
+		found := false
+		for _, pid := range strings.Fields(string(procs)) {
+			cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+			if argv0, _, _ := strings.Cut(string(cmdline), "\x00"); argv0 == "runsc-sandbox" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no runsc-sandbox (the Sentry) in cgroup %s (processes %q)", p, procs)
+		}
+	}
 }
 
 func TestBackendService(t *testing.T) {
@@ -430,6 +463,9 @@ func testBackendService(t *testing.T, b serveBackend) {
 	t.Run("delete", func(t *testing.T) {
 		if len(hostTraces(d, b, rid)) == 0 {
 			t.Fatal("control: no host traces of a running sandbox found")
+		}
+		if b.name == gvisor.Name {
+			sentryInCgroup(t, filepath.Join(b.state(d), rid))
 		}
 		if _, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sleep", "600"}}); err != nil {
 			t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	goruntime "runtime"
 	"strings"
 	"syscall"
 
@@ -85,6 +86,9 @@ func InitMain() {
 // cannot start it writes "CODE message\n" (127 not found, 126 not
 // executable) instead and exits with CODE.
 func ExecMain() {
+	// The filter goes on this thread only (seccomp.InstallThread): it
+	// executes the command, or forks it, itself.
+	goruntime.LockOSThread()
 	args := os.Args[2:]
 	withSeccomp, tty, asInit := false, false, false
 	var fwd []string
@@ -134,7 +138,7 @@ func ExecMain() {
 			filter[i] = seccomp.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
 		}
 		if err == nil {
-			err = seccomp.Install(filter)
+			err = seccomp.InstallThread(filter)
 		}
 		if err != nil {
 			fail(126, "seccomp: "+err.Error())

@@ -11,7 +11,6 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/airlock-dev/airlock/internal/cgroup"
 	"github.com/airlock-dev/airlock/internal/initbin"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
@@ -52,7 +51,6 @@ func unsupported(spec *runtime.Spec) error {
 type bundle struct {
 	spec        *specs.Spec
 	placeholder []string // host directories made for missing protected paths
-	cgroupsPath string
 }
 
 func orDefault(v, d int64) int64 {
@@ -206,25 +204,8 @@ func ociSpec(id string, spec *runtime.Spec, rootfs, workspace, etc, initPath, se
 	}
 	s.Mounts = m
 
-	if !spec.Insecure.NoCgroups {
-		r := &specs.LinuxResources{}
-		if spec.Limits.Memory > 0 {
-			mem := spec.Limits.Memory
-			swap := mem + spec.Limits.Swap
-			r.Memory = &specs.LinuxMemory{Limit: &mem, Swap: &swap}
-		}
-		if spec.Limits.Pids > 0 {
-			r.Pids = &specs.LinuxPids{Limit: spec.Limits.Pids + sentryPids}
-		}
-		if spec.Limits.CPU > 0 {
-			period := uint64(cgroup.CPUPeriod)
-			quota := int64(spec.Limits.CPU * float64(cgroup.CPUPeriod))
-			r.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
-		}
-		s.Linux.Resources = r
-		b.cgroupsPath = filepath.Join("/", spec.CgroupParent, cgroup.Prefix, id)
-		s.Linux.CgroupsPath = b.cgroupsPath
-	}
+	// No linux.resources and no cgroupsPath: the host cgroup is airlock's
+	// (cgroup_linux.go), and runsc runs with --ignore-cgroups.
 	b.spec = s
 	return b, nil
 }

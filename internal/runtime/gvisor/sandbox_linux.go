@@ -21,6 +21,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-dev/airlock/internal/cgroup"
 	"github.com/airlock-dev/airlock/internal/initbin"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
@@ -62,15 +63,14 @@ func (r *Runtime) stateRoot() string {
 
 // runscArgs are the global flags of every runsc call: its state under
 // ours, the systrap platform (no KVM needed), no network but loopback, the
-// root filesystem's copy-on-write layer in memory capped at the disk size.
-func (r *Runtime) runscArgs(disk int64, noCgroups bool) []string {
+// root filesystem's copy-on-write layer in memory capped at the disk size,
+// and no cgroups of runsc's own (airlock makes the sandbox's and starts
+// runsc in it: cgroup_linux.go).
+func (r *Runtime) runscArgs(disk int64) []string {
 	a := []string{"--root", filepath.Join(r.stateRoot(), "runsc"), "--platform", "systrap", "--network", "none",
-		"--sidecar-usage-policy=LEGACY_DEPRECATED_SLOW_EMBEDDED_FALLBACK"}
+		"--sidecar-usage-policy=LEGACY_DEPRECATED_SLOW_EMBEDDED_FALLBACK", "--ignore-cgroups"}
 	if disk > 0 {
 		a = append(a, "--overlay2", "root:memory,size="+strconv.FormatInt(disk, 10))
-	}
-	if noCgroups {
-		a = append(a, "--ignore-cgroups")
 	}
 	if os.Geteuid() != 0 {
 		a = append(a, "--rootless")
@@ -118,7 +118,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
 	sb := &sandbox{id: id, dir: dir, runsc: runsc, rt: r, done: make(chan struct{}),
-		global: r.runscArgs(orDefault(spec.Limits.Disk, defaultDisk), spec.Insecure.NoCgroups)}
+		global: r.runscArgs(orDefault(spec.Limits.Disk, defaultDisk))}
 	sb.rlimits = rlimits(spec)
 	sb.listen = spec.Listen
 	sb.info = runtime.Info{ID: id, Runtime: Name, Rootless: os.Geteuid() != 0, Steps: map[string]time.Duration{}}
@@ -209,16 +209,20 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o600); err != nil {
 		return nil, err
 	}
-	if b.cgroupsPath != "" {
-		sb.info.CgroupPaths = []string{b.cgroupsPath}
-	}
 	sb.info.Steps["bundle"] = time.Since(t)
+	if !spec.Insecure.NoCgroups {
+		t = time.Now()
+		cg, err := newCgroup(dir, id, spec)
+		if err != nil {
+			return nil, err
+		}
+		sb.cg = cg
+		sb.info.CgroupPaths = cg.Paths()
+		sb.info.Steps["cgroups"] = time.Since(t)
+	}
 
 	if r.OneShot {
 		sb.oneShot, sb.spec = true, b.spec
-		if b.cgroupsPath != "" {
-			sb.info.CgroupPaths = cgroupDirs(b.cgroupsPath)
-		}
 		return sb, nil
 	}
 
@@ -243,13 +247,17 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		cmd.Stdin = pr
 	}
 	sb.created = true
-	if err := cmd.Run(); err != nil {
+	if err := startIn(sb.cg, cmd); err != nil {
+		var le *native.LayerError
+		if errors.As(err, &le) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("gvisor: runsc run: %v: %s", err, sb.log())
+	}
+	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("gvisor: runsc run: %v: %s", err, sb.log())
 	}
 	sb.info.Steps["runsc.run"] = time.Since(t0)
-	if b.cgroupsPath != "" {
-		sb.info.CgroupPaths = cgroupDirs(b.cgroupsPath)
-	}
 	if r.Agent {
 		return sb.startAgent(ctx)
 	}
@@ -372,7 +380,8 @@ func sweep(runsc string, r *Runtime) {
 			continue
 		}
 		sb := &sandbox{id: e.Name(), dir: filepath.Join(root, e.Name()), runsc: runsc, rt: r, done: make(chan struct{}), created: true,
-			global: r.runscArgs(0, false)}
+			global: r.runscArgs(0)}
+		sb.cg, _, _ = openCgroup(sb.dir)
 		sb.Destroy(context.Background())
 	}
 }
@@ -387,6 +396,7 @@ type sandbox struct {
 	listen         []string       // Spec.Listen
 	listeners      []net.Listener // their host ends, for the egress gateway
 	oneShot        bool           // Runtime.OneShot
+	cg             *cgroup.Cgroup // the host cgroup airlock made (nil: none)
 	spec           *specs.Spec    // the bundle's spec (one-shot: its process is the command)
 	ran            bool           // one-shot: the command was started
 	rlimits        []specs.POSIXRlimit
@@ -517,6 +527,16 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 			if err != nil {
 				sb.destroyErr = err
 				return // keep the bundle: the next sweep retries
+			}
+		}
+		if sb.cg != nil {
+			// Whatever runsc left (nothing, normally) is killed, then
+			// the cgroup removed.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := sb.cg.Destroy(ctx); err != nil {
+				sb.destroyErr = fmt.Errorf("%s: %w", cgroupLayer, err)
+				return // keep the bundle (and cgroup.json): the next sweep retries
 			}
 		}
 		for i := len(sb.placeholders) - 1; i >= 0; i-- {
@@ -669,9 +689,17 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (_ runtim
 			*s.out = s.f
 		}
 	}
-	if err := cmd.Start(); err != nil {
+	var in *cgroup.Cgroup
+	if sb.oneShot {
+		in = sb.cg // runsc run starts the sandbox: in its cgroup
+	}
+	if err := startIn(in, cmd); err != nil {
 		sw.Close()
 		p.closePipes()
+		var le *native.LayerError
+		if errors.As(err, &le) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("runsc exec: %w", err)
 	}
 	sw.Close()

@@ -322,9 +322,16 @@ func (r *Runtime) Adopt(ctx context.Context, id string) (_ runtime.Sandbox, _ *a
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox %q: adopt: %w", id, err)
 	}
+	cg, paths, err := openCgroup(sb.dir)
+	if err != nil {
+		client.Close()
+		return nil, nil, fmt.Errorf("sandbox %q: adopt: %s: %w", id, cgroupLayer, err)
+	}
+	sb.cg, sb.info.CgroupPaths = cg, paths
 	if raw, err := os.ReadFile(filepath.Join(sb.dir, "config.json")); err == nil {
 		var s specs.Spec
-		if json.Unmarshal(raw, &s) == nil && s.Linux != nil && s.Linux.CgroupsPath != "" {
+		if json.Unmarshal(raw, &s) == nil && s.Linux != nil && s.Linux.CgroupsPath != "" && paths == nil {
+			// Made by an airlock that let runsc make the cgroup.
 			sb.info.CgroupPaths = cgroupDirs(s.Linux.CgroupsPath)
 		}
 		if s.Process != nil {
@@ -365,11 +372,14 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	global := r.runscArgs(0, false)
+	global := r.runscArgs(0)
 	if sf, err := r.readService(id); err == nil {
 		global = sf.Global
 	}
 	sb := &sandbox{id: id, dir: dir, runsc: runsc, rt: r, done: make(chan struct{}), created: true, global: global}
+	if sb.cg, _, err = openCgroup(dir); err != nil {
+		return fmt.Errorf("sandbox %q: %s: %w", id, cgroupLayer, err)
+	}
 	return sb.Destroy(ctx)
 }
 
