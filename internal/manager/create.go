@@ -167,6 +167,10 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 		return nil, err
 	}
 	spec.RecordExec = rec.Record
+	cloned, err := m.workspaceFromSnapshot(ctx, spec, rec)
+	if err != nil {
+		return nil, err
+	}
 	rid := newID()
 	spec.ID = rid
 	var setup *egress.Setup
@@ -192,7 +196,7 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 	}
 	now := time.Now().UTC()
 	sb := &Sandbox{
-		id: apiID(rid), spec: rec, procs: map[uint64]*proc{}, activity: now, ended: make(chan struct{}),
+		id: apiID(rid), spec: rec, procs: map[uint64]*proc{}, activity: now, ended: make(chan struct{}), cloned: cloned,
 		rec: store.Sandbox{ID: apiID(rid), State: api.StateCreating, Image: rec.Image, Policy: rec.PolicyName,
 			Spec: rec.marshal(), Pool: pool, CreatedAt: now, LastActivity: now, Tenant: poolTenant(ctx, pool)},
 	}

@@ -30,18 +30,21 @@ import (
 //
 // A native sandbox of the daemon has its workspace on a volume of its own
 // (internal/quota), mounted on the host at <VolumeDir>/<runtime id>. A
-// snapshot is a copy of that volume's tree in <SnapshotDir>/<id>/workspace
-// (owners, modes, times, extended attributes; data by FICLONE where the
-// filesystem has it, else copy_file_range over data regions), taken with
-// the sandbox's cgroup frozen so that no process writes during the copy.
+// snapshot is taken with the sandbox's cgroup frozen so that no process
+// writes meanwhile. Where the volumes' images can be cloned, it is a
+// clone of the volume's image (snapshot_cow.go: copy-on-write, the same
+// time whatever the workspace holds); otherwise it is a copy of the
+// volume's tree in <SnapshotDir>/<id>/workspace (owners, modes, times,
+// extended attributes; data by copy_file_range over data regions).
 // The copy-on-write layer over the root filesystem lives on a tmpfs that
 // only the sandbox's mount namespace reaches, and is not captured;
-// processes are not either. A sandbox made from a snapshot gets a copy of
-// it in its own fresh volume, so that forks never share a writable byte.
+// processes are not either. A sandbox made from a snapshot gets a clone of
+// its image, or a copy of its tree, as its own volume, so that forks never
+// share a writable byte.
 //
-// The store keeps one row per snapshot (store.Snapshot); a directory
-// without a row (a daemon killed during a copy) or a row without a
-// directory is removed at start (initSnapshots).
+// The store keeps one row per snapshot (store.Snapshot); files without a
+// row (a daemon killed during a copy or clone) or a row without files is
+// removed at start (initSnapshots).
 
 // maxDiffBytes bounds the diffs of one changes answer.
 const maxDiffBytes = 16 << 20
@@ -85,6 +88,7 @@ func (m *Manager) initSnapshots(ctx context.Context) {
 		return
 	}
 	os.Mkdir(filepath.Join(m.cfg.SnapshotDir, ".empty"), 0o755)
+	m.cleanSnapshotMounts()
 	list, err := m.st.ListSnapshots(ctx)
 	if err != nil {
 		m.log.Error("load snapshots", "err", err)
@@ -92,8 +96,8 @@ func (m *Manager) initSnapshots(ctx context.Context) {
 	}
 	rows := map[string]bool{}
 	for _, sn := range list {
-		if _, err := os.Lstat(m.snapTree(sn.ID)); err != nil {
-			m.log.Warn("snapshot without files: forgotten", "snapshot", sn.ID, "err", err)
+		if !m.snapshotFilesExist(sn.ID) {
+			m.log.Warn("snapshot without files: forgotten", "snapshot", sn.ID)
 			m.st.DeleteSnapshot(ctx, sn.ID)
 			continue
 		}
@@ -107,6 +111,7 @@ func (m *Manager) initSnapshots(ctx context.Context) {
 		m.log.Info("removing unfinished snapshot files", "dir", e.Name())
 		os.RemoveAll(filepath.Join(m.cfg.SnapshotDir, e.Name()))
 	}
+	m.orphanImages(rows)
 }
 
 // snapshotView is a stored snapshot as the API shows it.
@@ -295,7 +300,7 @@ func (m *Manager) removeSnapshot(ctx context.Context, sn *store.Snapshot) error 
 	if err := m.st.DeleteSnapshot(ctx, sn.ID); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(m.snapDir(sn.ID)); err != nil {
+	if err := m.removeSnapshotFiles(sn.ID); err != nil {
 		m.log.Error("remove snapshot files", "snapshot", sn.ID, "err", err)
 	}
 	return nil
@@ -335,48 +340,59 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 		name = sid
 	}
 	dir := m.snapDir(sid)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return api.Snapshot{}, fmt.Errorf("snapshot: %w", err)
-	}
 	var stats workspace.CopyStats
 	var copySecs float64
-	err = frozen(ctx, rt, paused, func() error {
-		// What the copy will take, before it is made: hard links are
-		// copied once per name, so this can exceed the volume's size.
-		need, err := treeSize(ws)
-		if err != nil {
+	cow := m.snapCoW()
+	if cow {
+		err = frozen(ctx, rt, paused, func() error {
+			t0 := time.Now()
+			stats.Bytes, stats.Entries, err = m.cloneSnapshot(ctx, ws, sid)
+			copySecs = time.Since(t0).Seconds()
 			return err
-		}
-		if err := m.makeRoom(ctx, need); err != nil {
+		})
+	} else if err = os.Mkdir(dir, 0o700); err != nil {
+		return api.Snapshot{}, fmt.Errorf("snapshot: %w", err)
+	} else {
+		err = frozen(ctx, rt, paused, func() error {
+			// What the copy will take, before it is made: hard links are
+			// copied once per name, so this can exceed the volume's size.
+			need, err := treeSize(ws)
+			if err != nil {
+				return err
+			}
+			if err := m.makeRoom(ctx, need); err != nil {
+				return err
+			}
+			if err := roomOnDisk(m.cfg.SnapshotDir, need); err != nil {
+				return err
+			}
+			t0 := time.Now()
+			stats, err = workspace.CopyTree(ws, filepath.Join(dir, "workspace"))
+			copySecs = time.Since(t0).Seconds()
 			return err
-		}
-		if err := roomOnDisk(m.cfg.SnapshotDir, need); err != nil {
-			return err
-		}
-		t0 := time.Now()
-		stats, err = workspace.CopyTree(ws, filepath.Join(dir, "workspace"))
-		copySecs = time.Since(t0).Seconds()
-		return err
-	})
+		})
+	}
 	if err != nil {
-		os.RemoveAll(dir)
+		m.removeSnapshotFiles(sid)
 		return api.Snapshot{}, fmt.Errorf("snapshot of %s: %w", id, err)
 	}
-	// The size is what the copy holds on the data disk.
-	if n, err := treeSize(filepath.Join(dir, "workspace")); err == nil {
-		stats.Bytes = n
+	if !cow {
+		// The size is what the copy holds on the data disk.
+		if n, err := treeSize(filepath.Join(dir, "workspace")); err == nil {
+			stats.Bytes = n
+		}
 	}
 	sb.mu.Lock()
 	rec := store.Snapshot{ID: sid, Name: name, Tenant: tenant, SandboxID: sb.id, Image: sb.rec.Image, Spec: sb.spec.marshal(),
 		Labels: labels, Size: stats.Bytes, Files: stats.Entries, CreatedAt: time.Now().UTC()}
 	sb.mu.Unlock()
 	if err := m.st.PutSnapshot(ctx, &rec); err != nil {
-		os.RemoveAll(dir)
+		m.removeSnapshotFiles(sid)
 		return api.Snapshot{}, err
 	}
-	v := snapshotView(&rec)
+	v := m.viewSnapshot(&rec)
 	v.Seconds = time.Since(start).Seconds()
-	m.log.Debug("snapshot", "sandbox", id, "snapshot", sid, "bytes", stats.Bytes, "entries", stats.Entries, "copy_s", copySecs, "total_s", v.Seconds)
+	m.log.Debug("snapshot", "sandbox", id, "snapshot", sid, "bytes", stats.Bytes, "entries", stats.Entries, "copy_on_write", cow, "copy_s", copySecs, "total_s", v.Seconds)
 	return v, nil
 }
 
@@ -390,7 +406,7 @@ func (m *Manager) ListSnapshots(ctx context.Context) (api.SnapshotList, error) {
 	out := api.SnapshotList{Snapshots: []api.Snapshot{}, Used: used, Quota: m.cfg.SnapshotQuota}
 	for _, sn := range list {
 		if maySee(ctx, sn.Tenant) {
-			out.Snapshots = append(out.Snapshots, snapshotView(sn))
+			out.Snapshots = append(out.Snapshots, m.viewSnapshot(sn))
 		}
 	}
 	return out, nil
@@ -402,7 +418,7 @@ func (m *Manager) GetSnapshot(ctx context.Context, ref string) (api.Snapshot, er
 	if err != nil {
 		return api.Snapshot{}, err
 	}
-	return snapshotView(sn), nil
+	return m.viewSnapshot(sn), nil
 }
 
 // DeleteSnapshot removes a snapshot and its files. Sandboxes made from it
@@ -441,10 +457,13 @@ func (m *Manager) resolveSnapshot(ctx context.Context, req *api.CreateSandboxReq
 // fillFromSnapshot copies a snapshot into a new sandbox's workspace.
 func (m *Manager) fillFromSnapshot(sb *Sandbox, sn *store.Snapshot) error {
 	sb.mu.Lock()
-	rt := sb.rt
+	rt, cloned := sb.rt, sb.cloned
 	sb.mu.Unlock()
 	if rt == nil {
 		return fmt.Errorf("sandbox %s ended while it was being created: %w", sb.id, errdefs.ErrUnavailable)
+	}
+	if cloned {
+		return nil // its volume is a clone of the snapshot's image
 	}
 	ws, err := m.workspaceOf(sb, rt)
 	if err != nil {
@@ -581,10 +600,15 @@ func (m *Manager) Restore(ctx context.Context, id string, req *api.RestoreReques
 		if err := killAllButInit(rt.Info().CgroupPaths); err != nil {
 			return err
 		}
+		src, done, err := m.mountSnapshot(sn)
+		if err != nil {
+			return err
+		}
+		defer done()
 		if err := workspace.EmptyDir(ws); err != nil {
 			return err
 		}
-		_, err := workspace.CopyInto(m.snapTree(sn.ID), ws)
+		_, err = workspace.CopyInto(src, ws)
 		return err
 	})
 	if err != nil {
@@ -692,7 +716,16 @@ func (m *Manager) Changes(ctx context.Context, id, since string, diff bool) (api
 		if err != nil {
 			return api.Changes{}, err
 		}
-		since, old = sn.ID, m.snapTree(sn.ID)
+		// Held from the mount to the comparison's end: no deletion
+		// meanwhile.
+		m.snaps.mu.RLock()
+		defer m.snaps.mu.RUnlock()
+		dir, done, err := m.mountSnapshot(sn)
+		if err != nil {
+			return api.Changes{}, fmt.Errorf("changes of %s: %w", id, err)
+		}
+		defer done()
+		since, old = sn.ID, dir
 	}
 	var list []workspace.Change
 	err = frozen(ctx, rt, paused, func() error {

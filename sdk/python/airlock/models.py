@@ -392,7 +392,8 @@ class CreateSnapshotRequest(Model):
 class Snapshot(Model):
     """A snapshot of a sandbox's /workspace. Processes, memory and the root
     filesystem's copy-on-write layer are not captured (processes and root
-    are always False)."""
+    are always False). copy_on_write: a clone of the workspace volume's
+    image (constant time), else a file-by-file copy."""
 
     id: str = ""
     name: str = ""
@@ -403,6 +404,7 @@ class Snapshot(Model):
     workspace: bool = True
     root: bool = False
     processes: bool = False
+    copy_on_write: bool = False
     image: Optional[str] = None
     labels: Optional[Dict[str, str]] = None
     seconds: Optional[float] = None
