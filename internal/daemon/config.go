@@ -222,6 +222,9 @@ func DefaultSocket() string {
 	return filepath.Join(os.TempDir(), "airlock-"+strconv.Itoa(os.Getuid()), "airlock.sock")
 }
 
+// Defaults fills in what is unset, as serve does (airlock doctor).
+func (c *Config) Defaults() { c.defaults() }
+
 func (c *Config) defaults() {
 	if c.Socket == "" {
 		c.Socket = DefaultSocket()

@@ -546,3 +546,45 @@ func exclusiveBytes(path string) (int64, error) {
 	}
 	return total, nil
 }
+
+// PlanCopyOnWrite says, without making or mounting anything, how a daemon
+// whose volume directory is dir (with its pool file pool) would take
+// snapshots: MethodClone or MethodCopy, with where the reflinks would
+// come from, or why there would be none and how to get them.
+func PlanCopyOnWrite(dir, pool string) (method, detail string) {
+	if isMountPoint(dir) {
+		if probeClone(dir) == nil {
+			return MethodClone, dir + " is mounted with reflinks (" + fsName(dir) + "): snapshots and forks clone the volumes' images"
+		}
+		return MethodCopy, dir + " is a mount without reflinks (" + fsName(dir) + "): snapshots copy files; keep it on XFS with reflinks or btrfs"
+	}
+	// The nearest directory that exists: where the volumes would be.
+	at := dir
+	for {
+		if fi, err := os.Stat(at); err == nil && fi.IsDir() {
+			break
+		}
+		if filepath.Dir(at) == at {
+			break
+		}
+		at = filepath.Dir(at)
+	}
+	if err := probeClone(at); err == nil {
+		return MethodClone, at + " has reflinks (" + fsName(at) + "): snapshots and forks clone the volumes' images"
+	} else if os.Geteuid() != 0 {
+		return MethodCopy, "not root: no volumes, and no reflinks in " + at
+	}
+	if fi, err := os.Stat(pool); err == nil && fi.Mode().IsRegular() {
+		return MethodClone, "the XFS pool " + pool + " is mounted on " + dir + " at start: snapshots and forks clone the volumes' images"
+	}
+	if _, err := findTool("mkfs.xfs", "xfsprogs"); err != nil {
+		return MethodCopy, fsName(at) + " has no reflinks and " + err.Error() + ": snapshots copy files (time grows with the workspace); install xfsprogs for copy-on-write snapshots (a pool " + pool + " is made at the next start)"
+	}
+	if b, err := os.ReadFile("/proc/filesystems"); err == nil && !bytes.Contains(b, []byte("\txfs\n")) {
+		if _, err := os.Stat("/lib/modules"); err != nil {
+			return MethodCopy, "the kernel has no XFS: snapshots copy files"
+		}
+		// A module may load at mount.
+	}
+	return MethodClone, fsName(at) + " has no reflinks: at start the daemon makes (once) and mounts an XFS pool " + pool + " on " + dir + " (sparse, the size of the data disk): snapshots and forks clone the volumes' images"
+}

@@ -56,3 +56,8 @@ func (vs *Volumes) CreateFrom(name string, size int64, id string) (*Volume, erro
 
 // MountSnapshot fails on operating systems other than Linux.
 func (vs *Volumes) MountSnapshot(id, at string) (func() error, error) { return nil, ErrUnsupported }
+
+// PlanCopyOnWrite: snapshots copy on operating systems other than Linux.
+func PlanCopyOnWrite(dir, pool string) (method, detail string) {
+	return MethodCopy, ErrUnsupported.Error()
+}
