@@ -74,6 +74,9 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (_ 
 	}
 	if snap != nil {
 		err = m.fillFromSnapshot(sb, snap)
+		if err == nil {
+			err = m.applyForkNetwork(ctx, sb, &rec)
+		}
 	}
 	var view api.Sandbox
 	if err == nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/errdefs"
+	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/workspace"
@@ -534,6 +535,10 @@ func (m *Manager) Fork(ctx context.Context, id string, req *api.ForkRequest) (ap
 	labels["airlock.fork.parent"] = id
 	base := api.CreateSandboxRequest{Image: spec.Image, PolicyName: spec.PolicyName, Policy: spec.Policy, Resources: spec.Resources,
 		Env: spec.Env, Caches: spec.Caches, Record: spec.Record, Labels: labels, FromSnapshot: snap.ID}
+	if spec.Network != nil {
+		// The parent's network policy as changed since its creation.
+		ctx = context.WithValue(ctx, forkNetworkKey{}, spec.Network)
+	}
 	out := make([]api.Sandbox, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -567,6 +572,39 @@ func (m *Manager) Fork(ctx context.Context, id string, req *api.ForkRequest) (ap
 		}
 	}
 	return api.ForkResult{Snapshot: snap, Sandboxes: out, Seconds: time.Since(start).Seconds()}, nil
+}
+
+// forkNetworkKey carries a fork parent's network policy (as changed since
+// its creation) to the creation of its children.
+type forkNetworkKey struct{}
+
+// applyForkNetwork gives a fork child its parent's current network
+// policy, in its gateway and in rec (what assign keeps), before it is
+// handed out.
+func (m *Manager) applyForkNetwork(ctx context.Context, sb *Sandbox, rec *specRecord) error {
+	np, _ := ctx.Value(forkNetworkKey{}).(*api.NetworkPolicy)
+	if np == nil {
+		return nil
+	}
+	base, hasGateway, err := m.cfg.network(*rec)
+	if err != nil {
+		return err
+	}
+	if !hasGateway && np.Mode != policy.NetworkNone {
+		return conflict("fork: the parent's network policy (mode %s) needs an egress gateway its policy did not give", np.Mode)
+	}
+	n := applyNetwork(base, np)
+	view := networkView(n)
+	rec.Network = &view
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	sb.spec.Network = &view
+	if sb.egress != nil {
+		if err := sb.egress.SetNetwork(n); err != nil {
+			return fmt.Errorf("fork: the parent's network policy: %w", err)
+		}
+	}
+	return nil
 }
 
 // Restore puts a sandbox's workspace back to a snapshot, in place: it
