@@ -98,6 +98,11 @@ func (m *Manager) initSnapshots(ctx context.Context) {
 	rows := map[string]bool{}
 	for _, sn := range list {
 		if !m.snapshotFilesExist(sn.ID) {
+			if m.cfg.Volumes != nil && !m.cfg.Volumes.ImagesReachable() {
+				m.log.Warn("snapshot files unreachable: the volumes' pool is not mounted (see the warning at start); kept", "snapshot", sn.ID)
+				rows[sn.ID] = true
+				continue
+			}
 			m.log.Warn("snapshot without files: forgotten", "snapshot", sn.ID)
 			m.st.DeleteSnapshot(ctx, sn.ID)
 			continue

@@ -63,10 +63,18 @@ func (vs *Volumes) CopyOnWriteInfo() string { return vs.cowInfo }
 // setupCoW decides whether images can be cloned, making or mounting the
 // pool when the directory's own filesystem has no reflinks.
 func (vs *Volumes) setupCoW(o Options) {
-	switch o.CopyOnWrite {
-	case "", "auto":
-	case "off":
+	vs.poolFile = o.Pool
+	if o.CopyOnWrite == "off" {
 		vs.cowInfo = "copy_on_write: off in the configuration"
+		// A pool made before still holds volumes and snapshot images:
+		// mounted, though nothing new is cloned.
+		if fi, err := os.Stat(o.Pool); o.Pool != "" && err == nil && fi.Mode().IsRegular() && !isMountPoint(vs.dir) {
+			if err := vs.mountPool(o.Pool); err != nil {
+				vs.cowInfo += fmt.Sprintf("; the pool %s made before is not mounted: %v", o.Pool, err)
+			} else {
+				vs.pool = o.Pool
+			}
+		}
 		return
 	}
 	if isMountPoint(vs.dir) {
@@ -255,6 +263,18 @@ func (vs *Volumes) makePool(pool string) (*os.File, error) {
 	}
 	ok = true
 	return f, nil
+}
+
+// ImagesReachable says whether snapshot images made before can be read:
+// false when a pool file exists but is not mounted on the directory.
+func (vs *Volumes) ImagesReachable() bool {
+	if vs.poolFile == "" {
+		return true
+	}
+	if _, err := os.Stat(vs.poolFile); err != nil {
+		return true
+	}
+	return isMountPoint(vs.dir)
 }
 
 // Close unmounts the pool when the volumes opened it and nothing in it is

@@ -189,6 +189,24 @@ func TestPoolSnapshotClone(t *testing.T) {
 	if ids := third.SnapshotIDs(); len(ids) != 1 || ids[0] != "snap-1" {
 		t.Errorf("snapshots after a remount: %v", ids)
 	}
+	// copy_on_write: off with the pool made before: mounted (its images
+	// stay reachable), nothing new cloned.
+	if err := third.Close(); err != nil || isMountPoint(vs.Dir()) {
+		t.Fatalf("close: %v, mounted %v", err, isMountPoint(vs.Dir()))
+	}
+	if third.ImagesReachable() {
+		t.Error("images reachable with the pool unmounted")
+	}
+	off, err := OpenWith(vs.Dir(), Options{CopyOnWrite: "off", Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off.Method() != MethodCopy || !isMountPoint(vs.Dir()) || !off.ImagesReachable() || len(off.SnapshotIDs()) != 1 {
+		t.Errorf("off with a pool: method %s, mounted %v, images %v", off.Method(), isMountPoint(vs.Dir()), off.SnapshotIDs())
+	}
+	if _, _, err := off.Snapshot("x", "y"); !errors.Is(err, errdefs.ErrNotSupported) {
+		t.Errorf("off: snapshot by clone: %v", err)
+	}
 }
 
 // copy_on_write: off, or a directory without reflinks and no pool: the

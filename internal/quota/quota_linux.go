@@ -25,9 +25,10 @@ type Volumes struct {
 	mkfs    string
 	// cow: images can be cloned (cow_linux.go); cowInfo says why or why
 	// not; pool is the pool file mounted on dir by Open ("": none).
-	cow     bool
-	cowInfo string
-	pool    string
+	cow      bool
+	cowInfo  string
+	pool     string
+	poolFile string // the pool file of the options, mounted or not
 }
 
 // Open prepares dir (created if missing, mode 0711) for volumes of the
