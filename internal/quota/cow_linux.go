@@ -254,8 +254,9 @@ func (vs *Volumes) makePool(pool string) (*os.File, error) {
 	if err := f.Truncate(size); err != nil {
 		return nil, fmt.Errorf("pool: %w", err)
 	}
-	// -K: nothing to discard in a new sparse file.
-	if err := run(mkfs, "-q", "-K", "-m", "reflink=1,crc=1", "-L", "airlock-pool", tmp); err != nil {
+	// -K: nothing to discard in a new sparse file; the smallest log
+	// (64 MiB, written at once) is plenty for a few image files.
+	if err := run(mkfs, "-q", "-K", "-m", "reflink=1,crc=1", "-l", "size=64m", "-L", "airlock-pool", tmp); err != nil {
 		return nil, err
 	}
 	if err := os.Rename(tmp, pool); err != nil {
