@@ -203,11 +203,24 @@ func (vs *Volumes) mountPool(pool string) error {
 		// Mounting over them would hide live volumes.
 		return fmt.Errorf("the volume directory %s holds volumes made before the pool; it is mounted once they are gone", vs.dir)
 	}
+	// The pool's filesystem may still be alive on a loop device (a mount
+	// namespace made while it was mounted can hold it a while after an
+	// unmount): mount that device again (the same filesystem), never the
+	// file through a second device (two filesystems writing one file).
+	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	if dev := loopOf(f); dev != "" {
+		if err := unix.Mount(dev, vs.dir, "xfs", flags, "discard"); err == nil {
+			return os.Chmod(vs.dir, 0o711)
+		} else if loopOf(f) != "" {
+			return fmt.Errorf("mount the pool %s (%s, attached before) on %s: %w", pool, dev, vs.dir, err)
+		}
+		// Cleared meanwhile: attach it afresh.
+	}
 	dev, loop, err := attachLoop(f, "pool", false)
 	if err != nil {
 		return err
 	}
-	err = unix.Mount(dev, vs.dir, "xfs", unix.MS_NOSUID|unix.MS_NODEV, "discard")
+	err = unix.Mount(dev, vs.dir, "xfs", flags, "discard")
 	unix.Close(loop)
 	if err != nil {
 		return fmt.Errorf("mount the pool %s (%s) on %s: %w", pool, dev, vs.dir, err)
@@ -217,6 +230,28 @@ func (vs *Volumes) mountPool(pool string) error {
 		return err
 	}
 	return nil
+}
+
+// loopOf returns the loop device f is attached to ("": none).
+func loopOf(f *os.File) string {
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil {
+		return ""
+	}
+	devs, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, p := range devs {
+		dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(p)))
+		fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		info, err := unix.IoctlLoopGetStatus64(fd)
+		unix.Close(fd)
+		if err == nil && info.Device == st.Dev && info.Inode == st.Ino {
+			return dev
+		}
+	}
+	return ""
 }
 
 // makePool makes the pool file: sparse, the size of the filesystem it is
@@ -289,6 +324,26 @@ func (vs *Volumes) Close() error {
 		return fmt.Errorf("unmount the pool: %w", err)
 	}
 	return nil
+}
+
+// thawAll thaws every mounted volume: a daemon killed between Snapshot's
+// FIFREEZE and FITHAW would leave its sandbox's writes waiting forever.
+// Thawing a filesystem that is not frozen fails harmlessly (EINVAL).
+func (vs *Volumes) thawAll() {
+	ents, _ := os.ReadDir(vs.dir)
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		p := filepath.Join(vs.dir, e.Name())
+		if !isMountPoint(p) {
+			continue
+		}
+		if f, err := os.Open(p); err == nil {
+			unix.IoctlRetInt(int(f.Fd()), ioctlFITHAW)
+			f.Close()
+		}
+	}
 }
 
 // SnapshotImage returns the path of snapshot id's image (which may not

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -279,3 +280,44 @@ func TestPoolNotOverVolumes(t *testing.T) {
 }
 
 func mountedAt(p string) bool { return isMountPoint(p) }
+
+// A volume left frozen (a daemon killed between FIFREEZE and FITHAW) is
+// thawed by the next Open: a write into it completes (bounded wait; the
+// control is that the freeze held it).
+func TestPoolThawAtOpen(t *testing.T) {
+	vs, pool := openPool(t)
+	v, err := vs.Create("frozen", 16<<20, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Remove()
+	root, err := os.Open(v.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := unix.IoctlRetInt(int(root.Fd()), ioctlFIFREEZE); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- os.WriteFile(filepath.Join(v.Path, "f"), []byte("x"), 0o644) }()
+	select {
+	case err := <-done:
+		unix.IoctlRetInt(int(root.Fd()), ioctlFITHAW)
+		t.Fatalf("control: a write into a frozen volume did not wait (%v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, err := OpenWith(vs.Dir(), Options{Pool: pool}); err != nil {
+		unix.IoctlRetInt(int(root.Fd()), ioctlFITHAW)
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		unix.IoctlRetInt(int(root.Fd()), ioctlFITHAW)
+		t.Fatal("the write still waits after Open: the volume was not thawed")
+	}
+}

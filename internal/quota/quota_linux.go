@@ -65,6 +65,9 @@ func OpenWith(dir string, o Options) (*Volumes, error) {
 		return nil, fmt.Errorf("disk quota in %s: loop volumes: %w", dir, err)
 	}
 	vs.setupCoW(o)
+	if vs.cow {
+		vs.thawAll()
+	}
 	return vs, nil
 }
 
