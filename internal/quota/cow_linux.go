@@ -42,7 +42,6 @@ const (
 	ioctlFIFREEZE     = 0xC0045877 // _IOWR('X', 119, int)
 	ioctlFITHAW       = 0xC0045878 // _IOWR('X', 120, int)
 	ioctlFIEMAP       = 0xC020660B // _IOWR('f', 11, struct fiemap)
-	fiemapFlagSync    = 0x1
 	fiemapExtentLast  = 0x1
 	fiemapExtentShare = 0x2000
 )
@@ -597,7 +596,9 @@ func exclusiveBytes(path string) (int64, error) {
 		clear(buf)
 		*(*uint64)(unsafe.Pointer(&buf[0])) = start
 		*(*uint64)(unsafe.Pointer(&buf[8])) = ^uint64(0) - start
-		*(*uint32)(unsafe.Pointer(&buf[16])) = fiemapFlagSync
+		// No FIEMAP_FLAG_SYNC: a live volume's image is not flushed for
+		// a count; blocks not yet allocated count as not held (more is
+		// promised, never less).
 		*(*uint32)(unsafe.Pointer(&buf[24])) = n
 		if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), ioctlFIEMAP, uintptr(unsafe.Pointer(&buf[0]))); e != 0 {
 			return 0, fmt.Errorf("FIEMAP %s: %w", path, e)
