@@ -43,8 +43,12 @@ not captured. Prints the snapshot's id.`,
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(sn)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), sn.ID)
-			fmt.Fprintf(cmd.ErrOrStderr(), "airlock: snapshot %s (%s): %d entries, %s, in %.3fs (processes not captured)\n",
-				sn.ID, sn.Name, sn.Files, quota.Human(sn.Size), sn.Seconds)
+			how := "copied (no reflinks: see airlock doctor)"
+			if sn.CopyOnWrite {
+				how = "copy-on-write"
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "airlock: snapshot %s (%s): %d entries, %s, %s, in %.3fs (processes not captured)\n",
+				sn.ID, sn.Name, sn.Files, quota.Human(sn.Size), how, sn.Seconds)
 			return nil
 		},
 	}
