@@ -483,7 +483,14 @@ func (m *Manager) fillFromSnapshot(sb *Sandbox, sn *store.Snapshot) error {
 	if _, err := m.st.GetSnapshot(context.Background(), "", sn.ID); err != nil {
 		return fmt.Errorf("from_snapshot %s: deleted meanwhile: %w", sn.ID, errdefs.ErrNotFound)
 	}
-	if _, err := workspace.CopyInto(m.snapTree(sn.ID), ws); err != nil {
+	// A copied tree, or an image read through a read-only mount (a daemon
+	// that no longer clones: copy_on_write off).
+	src, done, err := m.mountSnapshot(sn)
+	if err != nil {
+		return fmt.Errorf("from_snapshot %s: %w", sn.ID, err)
+	}
+	defer done()
+	if _, err := workspace.CopyInto(src, ws); err != nil {
 		return fmt.Errorf("from_snapshot %s: %w", sn.ID, err)
 	}
 	return nil

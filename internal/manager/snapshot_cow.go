@@ -107,10 +107,11 @@ func (m *Manager) cleanSnapshotMounts() {
 }
 
 // workspaceFromSnapshot makes a new sandbox's workspace volume a clone of
-// its snapshot's image, when the snapshot is one; the snapshot must fit
-// the sandbox's disk. It reports whether it did.
+// its snapshot's image, when the snapshot is one and the daemon clones;
+// the snapshot must fit the sandbox's disk. It reports whether it did
+// (if not, fillFromSnapshot copies).
 func (m *Manager) workspaceFromSnapshot(ctx context.Context, spec *runtime.Spec, rec specRecord) (bool, error) {
-	if rec.FromSnapshot == "" || !m.snapIsImage(rec.FromSnapshot) {
+	if rec.FromSnapshot == "" || !m.snapCoW() || !m.snapIsImage(rec.FromSnapshot) {
 		return false, nil
 	}
 	sn, err := m.st.GetSnapshot(ctx, "", rec.FromSnapshot)

@@ -336,3 +336,56 @@ func TestSnapshotForkNetwork(t *testing.T) {
 		t.Errorf("the fork's network policy after a restart: %+v %v", np, err)
 	}
 }
+
+// A daemon restarted with copy_on_write: off keeps the copy-on-write
+// snapshots made before: listed, and a sandbox made from one gets a copy
+// of it (read from a read-only mount of its image); new snapshots copy.
+func TestSnapshotCowThenOff(t *testing.T) {
+	d := cowDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	d.sh(t, sb.ID, "echo kept > /workspace/k && mkdir /workspace/d && ln -s ../k /workspace/d/l")
+	sn, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "before"})
+	if err != nil || !sn.CopyOnWrite {
+		t.Fatalf("snapshot: %+v %v", sn, err)
+	}
+	want := wsState(t, d.c, sb.ID)
+	if err := d.c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	d.stop(syscall.SIGTERM)
+	conf, err := os.ReadFile(d.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(d.cfg, append(conf, []byte("copy_on_write: off\n")...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.start()
+	ctx = ctxT(t)
+	if !strings.Contains(d.Logs(), "workspace snapshots: by copying files") {
+		t.Fatalf("the restarted daemon does not copy:\n%s", tail(d.Logs(), 20))
+	}
+	got, err := d.c.GetSnapshot(ctx, "before")
+	if err != nil || !got.CopyOnWrite {
+		t.Fatalf("the snapshot after the restart: %+v %v", got, err)
+	}
+	nb, err := d.c.CreateSandbox(ctx, &api.CreateSandboxRequest{FromSnapshot: "before"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := wsState(t, d.c, nb.ID); st != want {
+		t.Errorf("from the snapshot by copy:\n%s\nwant:\n%s", st, want)
+	}
+	n2, err := d.c.CreateSnapshot(ctx, nb.ID, nil)
+	if err != nil || n2.CopyOnWrite {
+		t.Errorf("a new snapshot with copy_on_write off: %+v %v", n2, err)
+	}
+	d.sh(t, nb.ID, "rm -r /workspace/d")
+	if _, err := d.c.Restore(ctx, nb.ID, "before"); err != nil {
+		t.Fatal(err)
+	}
+	if st := wsState(t, d.c, nb.ID); st != want {
+		t.Errorf("restored:\n%s\nwant:\n%s", st, want)
+	}
+}
