@@ -470,7 +470,11 @@ func (vs *Volumes) CreateFrom(name string, size int64, id string) (_ *Volume, re
 	if err != nil {
 		return nil, err
 	}
-	size &^= 4095
+	if size>>12 == fi.Size()>>12 {
+		size = fi.Size() // the same number of ext4 blocks: no resize
+	} else {
+		size &^= 4095
+	}
 	v := &Volume{Kind: KindLoop, Path: filepath.Join(vs.dir, name), Image: filepath.Join(vs.dir, name+".img"), Size: size}
 	img, err := vs.allocate(v, true, 0)
 	if err != nil {
