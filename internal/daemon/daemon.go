@@ -103,6 +103,16 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if vols != nil {
+		// On every return, a start that fails included: the volumes'
+		// pool is unmounted unless something in it is in use (sandboxes
+		// that outlive the daemon).
+		defer func() {
+			if err := vols.Close(); err != nil {
+				log.Warn("volumes", "err", err)
+			}
+		}()
+	}
 	rt := &native.Runtime{Detached: true, StateRoot: c.StateDir, Volumes: vols}
 	if c.Ephemeral {
 		// Its sandboxes end with this process: the kernel kills their
@@ -228,13 +238,6 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 		destroyAll(sctx, m, log)
 	}
 	m.Close(sctx, true)
-	if vols != nil {
-		// The pool stays mounted while sandboxes that outlive the daemon
-		// use it.
-		if err := vols.Close(); err != nil {
-			log.Warn("volumes", "err", err)
-		}
-	}
 	for _, b := range mc.Runtimes {
 		if r, ok := b.(interface{ Release() }); ok {
 			r.Release()
