@@ -611,6 +611,11 @@ type Snapshot struct {
 	// Seconds is how long taking it took (only in the answer of the
 	// creation).
 	Seconds float64 `json:"seconds,omitempty"`
+	// CopyOnWrite: the snapshot is a copy-on-write clone of the
+	// workspace volume's image (constant time; sandboxes made from it
+	// clone it too); false: a file-by-file copy (the daemon's volumes
+	// have no reflinks: see airlock doctor).
+	CopyOnWrite bool `json:"copy_on_write"`
 }
 
 // SnapshotList is the answer of GET /v1/snapshots.

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/internal/cgroup"
+	"github.com/airlock-dev/airlock/internal/daemon"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime"
@@ -251,7 +252,26 @@ func diskChecks() []check {
 	default:
 		kmem.OK, kmem.Detail = true, fmt.Sprintf("tmpfs pages and inodes are charged to the sandbox's memory cgroup; inodes capped at one per %d KiB of each tmpfs", quota.InodeRatio>>10)
 	}
-	return []check{run, serve, kmem}
+	return []check{run, serve, snapshotCheck(), kmem}
+}
+
+// snapshotCheck says how the daemon (its default data directory, or
+// AIRLOCK_DATA_DIR) would take workspace snapshots: copy-on-write clones
+// or file copies, and how to get the clones.
+func snapshotCheck() check {
+	c := check{Name: "workspace snapshots (airlock serve)"}
+	cfg, err := daemon.Load("")
+	if err != nil {
+		c.Detail = err.Error()
+		return c
+	}
+	cfg.Defaults()
+	method, detail := quota.PlanCopyOnWrite(filepath.Join(cfg.DataDir, "volumes"), filepath.Join(cfg.DataDir, "volumes.pool"))
+	c.OK, c.Detail = method == quota.MethodClone, method+": "+detail
+	if cfg.CopyOnWrite == "off" {
+		c.OK, c.Detail = false, "copy: copy_on_write: off in the configuration"
+	}
+	return c
 }
 
 func exists(path string) bool {

@@ -49,8 +49,12 @@ the summary says whether the root layer is held.`,
 			if !sn.Root {
 				what = "workspace only: the root layer could not be read"
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "airlock: snapshot %s (%s): %d entries, %s, in %.3fs (%s; processes not captured)\n",
-				sn.ID, sn.Name, sn.Files, quota.Human(sn.Size), sn.Seconds, what)
+			how := "copied (no reflinks: see airlock doctor)"
+			if sn.CopyOnWrite {
+				how = "copy-on-write"
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "airlock: snapshot %s (%s): %d entries, %s, %s, in %.3fs (%s; processes not captured)\n",
+				sn.ID, sn.Name, sn.Files, quota.Human(sn.Size), how, sn.Seconds, what)
 			return nil
 		},
 	}

@@ -87,6 +87,16 @@ type Config struct {
 	// data directory's, with the store): a sandbox whose disk size would
 	// eat into it is refused. Default 1G.
 	DiskReserve string `yaml:"disk_reserve"`
+	// CopyOnWrite is how workspace snapshots, forks and sandboxes made
+	// from snapshots get their files: "auto" (the default) clones the
+	// volumes' ext4 images (reflinks: constant time) where the volume
+	// directory's filesystem has reflinks, or else in a pool made once
+	// for them (<data_dir>/volumes.pool: a sparse file the size of the
+	// data disk, formatted XFS, needs mkfs.xfs from xfsprogs) mounted on
+	// <data_dir>/volumes; without either, or with "off", files are
+	// copied (time grows with the workspace). Logged at start, and shown
+	// by airlock doctor.
+	CopyOnWrite string `yaml:"copy_on_write"`
 	// SnapshotQuota caps the bytes all workspace snapshots hold (in
 	// <data_dir>/snapshots), e.g. 10G; a snapshot past it is refused
 	// (409) once fork snapshots no live sandbox uses are collected.
@@ -122,16 +132,19 @@ func (c *Config) volumes(log *slog.Logger) (*quota.Volumes, error) {
 		reserve = n
 	}
 	dir := filepath.Join(c.DataDir, "volumes")
+	if c.CopyOnWrite != "" && c.CopyOnWrite != "auto" && c.CopyOnWrite != "off" {
+		return nil, fmt.Errorf("config: copy_on_write: %q: want auto or off", c.CopyOnWrite)
+	}
 	switch c.DiskQuota {
 	case "", quota.KindAuto:
-		vs, err := quota.Open(dir, quota.KindAuto, reserve)
+		vs, err := quota.OpenWith(dir, c.volumeOptions(quota.KindAuto, reserve))
 		if err != nil {
 			log.Warn("sandbox workspaces are tmpfs, in memory: each is capped at its disk size and counted against its memory limit (set disk_quota: tmpfs to choose this, or fix the cause to get volumes on disk)", "reason", err)
 			return nil, nil
 		}
 		return vs, nil
 	case quota.KindLoop:
-		vs, err := quota.Open(dir, quota.KindLoop, reserve)
+		vs, err := quota.OpenWith(dir, c.volumeOptions(quota.KindLoop, reserve))
 		if err != nil {
 			return nil, fmt.Errorf("config: disk_quota: %v (or set disk_quota: tmpfs for workspaces in memory)", err)
 		}
@@ -140,6 +153,12 @@ func (c *Config) volumes(log *slog.Logger) (*quota.Volumes, error) {
 		return nil, nil
 	}
 	return nil, fmt.Errorf("config: disk_quota: %q: want auto, loop or tmpfs", c.DiskQuota)
+}
+
+// volumeOptions are the volumes' settings: copy-on-write in a pool in the
+// data directory unless copy_on_write is off.
+func (c *Config) volumeOptions(kind string, reserve int64) quota.Options {
+	return quota.Options{Kind: kind, Reserve: reserve, CopyOnWrite: c.CopyOnWrite, Pool: filepath.Join(c.DataDir, "volumes.pool")}
 }
 
 // Insecure opts every sandbox of the daemon out of isolation layers, by
@@ -202,6 +221,9 @@ func DefaultSocket() string {
 	}
 	return filepath.Join(os.TempDir(), "airlock-"+strconv.Itoa(os.Getuid()), "airlock.sock")
 }
+
+// Defaults fills in what is unset, as serve does (airlock doctor).
+func (c *Config) Defaults() { c.defaults() }
 
 func (c *Config) defaults() {
 	if c.Socket == "" {

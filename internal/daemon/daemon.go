@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/e2b"
 	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/manager"
+	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime/gvisor"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/server"
@@ -102,6 +103,16 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if vols != nil {
+		// On every return, a start that fails included: the volumes'
+		// pool is unmounted unless something in it is in use (sandboxes
+		// that outlive the daemon).
+		defer func() {
+			if err := vols.Close(); err != nil {
+				log.Warn("volumes", "err", err)
+			}
+		}()
+	}
 	rt := &native.Runtime{Detached: true, StateRoot: c.StateDir, Volumes: vols}
 	if c.Ephemeral {
 		// Its sandboxes end with this process: the kernel kills their
@@ -143,7 +154,12 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	// Workspace snapshots: only with workspaces on volumes (the host
 	// path of each sandbox's workspace).
 	if vols != nil && !c.Ephemeral {
-		mc.SnapshotDir, mc.VolumeDir = filepath.Join(c.DataDir, "snapshots"), vols.Dir()
+		mc.SnapshotDir, mc.VolumeDir, mc.Volumes = filepath.Join(c.DataDir, "snapshots"), vols.Dir(), vols
+		if vols.Method() == quota.MethodClone {
+			log.Info("workspace snapshots: copy-on-write (clones of the volumes' images)", "how", vols.CopyOnWriteInfo())
+		} else {
+			log.Warn("workspace snapshots: by copying files (time grows with the workspace); for copy-on-write install xfsprogs (mkfs.xfs) or keep the data directory on XFS with reflinks or btrfs, and restart", "reason", vols.CopyOnWriteInfo())
+		}
 	}
 	mc.Metrics = manager.NewMetrics()
 	for layer, off := range map[string]bool{"landlock": mc.Insecure.NoLandlock, "seccomp": mc.Insecure.NoSeccomp, "cgroups": mc.Insecure.NoCgroups} {

@@ -74,6 +74,9 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (_ 
 	}
 	if snap != nil {
 		err = m.fillFromSnapshot(sb, snap)
+		if err == nil {
+			err = m.applyForkNetwork(ctx, sb, &rec)
+		}
 	}
 	var view api.Sandbox
 	if err == nil {
@@ -167,6 +170,10 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 		return nil, err
 	}
 	spec.RecordExec = rec.Record
+	cloned, err := m.workspaceFromSnapshot(ctx, spec, rec)
+	if err != nil {
+		return nil, err
+	}
 	rid := newID()
 	spec.ID = rid
 	release, err := m.rootFromSnapshot(spec, rec) // snapshot_root.go
@@ -197,7 +204,7 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 	}
 	now := time.Now().UTC()
 	sb := &Sandbox{
-		id: apiID(rid), spec: rec, procs: map[uint64]*proc{}, activity: now, ended: make(chan struct{}),
+		id: apiID(rid), spec: rec, procs: map[uint64]*proc{}, activity: now, ended: make(chan struct{}), cloned: cloned,
 		rec: store.Sandbox{ID: apiID(rid), State: api.StateCreating, Image: rec.Image, Policy: rec.PolicyName,
 			Spec: rec.marshal(), Pool: pool, CreatedAt: now, LastActivity: now, Tenant: poolTenant(ctx, pool)},
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/egress/rules"
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/store"
 )
@@ -114,10 +115,13 @@ type Config struct {
 	// Snapshots (snapshot.go): SnapshotDir holds their files; VolumeDir
 	// is where the runtime mounts the sandboxes' workspace volumes (""
 	// when workspaces are in memory: no snapshots); SnapshotQuota caps
-	// the bytes all snapshots hold (0: no cap).
+	// the bytes all snapshots hold (0: no cap). Volumes are the volumes
+	// the runtime makes the workspaces on: snapshots clone their images
+	// when they can (snapshot_cow.go); nil: snapshots copy.
 	SnapshotDir   string
 	VolumeDir     string
 	SnapshotQuota int64
+	Volumes       *quota.Volumes
 }
 
 // SecretConfig is a named secret: where it is ("env:VAR" or "file:PATH")

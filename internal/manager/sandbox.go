@@ -35,6 +35,9 @@ type Sandbox struct {
 	ended    chan struct{} // closed once it is final
 	activity time.Time
 	dirty    bool // activity not yet written to the store
+	// cloned: its workspace volume was made as a clone of
+	// spec.FromSnapshot's image (snapshot_cow.go).
+	cloned bool
 }
 
 // specRecord is what the store keeps about how a sandbox was made (the

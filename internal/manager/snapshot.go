@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/errdefs"
+	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/workspace"
@@ -29,18 +30,21 @@ import (
 //
 // A native sandbox of the daemon has its workspace on a volume of its own
 // (internal/quota), mounted on the host at <VolumeDir>/<runtime id>. A
-// snapshot is a copy of that volume's tree in <SnapshotDir>/<id>/workspace
-// (owners, modes, times, extended attributes; data by FICLONE where the
-// filesystem has it, else copy_file_range over data regions), taken with
-// the sandbox's cgroup frozen so that no process writes during the copy.
+// snapshot is taken with the sandbox's cgroup frozen so that no process
+// writes meanwhile. Where the volumes' images can be cloned, it is a
+// clone of the volume's image (snapshot_cow.go: copy-on-write, the same
+// time whatever the workspace holds); otherwise it is a copy of the
+// volume's tree in <SnapshotDir>/<id>/workspace (owners, modes, times,
+// extended attributes; data by copy_file_range over data regions).
 // The copy-on-write layer over the root filesystem lives on a tmpfs that
 // only the sandbox's mount namespace reaches, and is not captured;
-// processes are not either. A sandbox made from a snapshot gets a copy of
-// it in its own fresh volume, so that forks never share a writable byte.
+// processes are not either. A sandbox made from a snapshot gets a clone of
+// its image, or a copy of its tree, as its own volume, so that forks never
+// share a writable byte.
 //
-// The store keeps one row per snapshot (store.Snapshot); a directory
-// without a row (a daemon killed during a copy) or a row without a
-// directory is removed at start (initSnapshots).
+// The store keeps one row per snapshot (store.Snapshot); files without a
+// row (a daemon killed during a copy or clone) or a row without files is
+// removed at start (initSnapshots).
 
 // maxDiffBytes bounds the diffs of one changes answer.
 const maxDiffBytes = 16 << 20
@@ -100,6 +104,7 @@ func (m *Manager) initSnapshots(ctx context.Context) {
 		return
 	}
 	os.Mkdir(filepath.Join(m.cfg.SnapshotDir, ".empty"), 0o755)
+	m.cleanSnapshotMounts()
 	list, err := m.st.ListSnapshots(ctx)
 	if err != nil {
 		m.log.Error("load snapshots", "err", err)
@@ -107,8 +112,13 @@ func (m *Manager) initSnapshots(ctx context.Context) {
 	}
 	rows := map[string]bool{}
 	for _, sn := range list {
-		if _, err := os.Lstat(m.snapTree(sn.ID)); err != nil {
-			m.log.Warn("snapshot without files: forgotten", "snapshot", sn.ID, "err", err)
+		if !m.snapshotFilesExist(sn.ID) {
+			if m.cfg.Volumes != nil && !m.cfg.Volumes.ImagesReachable() {
+				m.log.Warn("snapshot files unreachable: the volumes' pool is not mounted (see the warning at start); kept", "snapshot", sn.ID)
+				rows[sn.ID] = true
+				continue
+			}
+			m.log.Warn("snapshot without files: forgotten", "snapshot", sn.ID)
 			m.st.DeleteSnapshot(ctx, sn.ID)
 			continue
 		}
@@ -122,6 +132,7 @@ func (m *Manager) initSnapshots(ctx context.Context) {
 		m.log.Info("removing unfinished snapshot files", "dir", e.Name())
 		os.RemoveAll(filepath.Join(m.cfg.SnapshotDir, e.Name()))
 	}
+	m.orphanImages(rows)
 }
 
 // snapshotView is a stored snapshot as the API shows it.
@@ -310,7 +321,7 @@ func (m *Manager) removeSnapshot(ctx context.Context, sn *store.Snapshot) error 
 	if err := m.st.DeleteSnapshot(ctx, sn.ID); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(m.snapDir(sn.ID)); err != nil {
+	if err := m.removeSnapshotFiles(sn.ID); err != nil {
 		m.log.Error("remove snapshot files", "snapshot", sn.ID, "err", err)
 	}
 	return nil
@@ -350,47 +361,61 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 		name = sid
 	}
 	dir := m.snapDir(sid)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return api.Snapshot{}, fmt.Errorf("snapshot: %w", err)
-	}
 	var stats workspace.CopyStats
 	var copySecs float64
 	root := m.openRoot(rt)
 	defer root.close()
 	var rootStats *rootMeta
+	cow := m.snapCoW()
+	// The directory holds the copied workspace, or with a clone the root
+	// layer only (snapshot_root.go); removeSnapshotFiles removes both.
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return api.Snapshot{}, fmt.Errorf("snapshot: %w", err)
+	}
 	err = frozen(ctx, rt, paused, func() error {
-		// What the copy will take, before it is made: hard links are
-		// copied once per name, so this can exceed the volume's size.
-		need, err := treeSize(ws)
-		if err != nil {
-			return err
-		}
 		rootNeed, err := root.size()
 		if err != nil {
 			return err
 		}
-		need += rootNeed
-		if err := m.makeRoom(ctx, need); err != nil {
-			return err
-		}
-		if err := roomOnDisk(m.cfg.SnapshotDir, need); err != nil {
-			return err
-		}
 		t0 := time.Now()
-		stats, err = workspace.CopyTree(ws, filepath.Join(dir, "workspace"))
-		if err == nil {
-			rootStats, err = root.copyTo(dir)
+		defer func() { copySecs = time.Since(t0).Seconds() }()
+		if cow {
+			if err := roomOnDisk(m.cfg.SnapshotDir, rootNeed); err != nil {
+				return err
+			}
+			if stats.Bytes, stats.Entries, err = m.cloneSnapshot(ctx, ws, sid, rootNeed); err != nil {
+				return err
+			}
+		} else {
+			// What the copy will take, before it is made: hard links are
+			// copied once per name, so this can exceed the volume's size.
+			need, err := treeSize(ws)
+			if err != nil {
+				return err
+			}
+			need += rootNeed
+			if err := m.makeRoom(ctx, need); err != nil {
+				return err
+			}
+			if err := roomOnDisk(m.cfg.SnapshotDir, need); err != nil {
+				return err
+			}
+			if stats, err = workspace.CopyTree(ws, filepath.Join(dir, "workspace")); err != nil {
+				return err
+			}
 		}
-		copySecs = time.Since(t0).Seconds()
+		rootStats, err = root.copyTo(dir)
 		return err
 	})
 	if err != nil {
-		os.RemoveAll(dir)
+		m.removeSnapshotFiles(sid)
 		return api.Snapshot{}, fmt.Errorf("snapshot of %s: %w", id, err)
 	}
-	// The size is what the copy holds on the data disk.
-	if n, err := treeSize(filepath.Join(dir, "workspace")); err == nil {
-		stats.Bytes = n
+	if !cow {
+		// The size is what the copy holds on the data disk.
+		if n, err := treeSize(filepath.Join(dir, "workspace")); err == nil {
+			stats.Bytes = n
+		}
 	}
 	if rootStats != nil {
 		stats.Bytes, stats.Entries = stats.Bytes+rootStats.Bytes, stats.Entries+rootStats.Entries
@@ -402,13 +427,12 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 		Labels: labels, Size: stats.Bytes, Files: stats.Entries, CreatedAt: time.Now().UTC()}
 	sb.mu.Unlock()
 	if err := m.st.PutSnapshot(ctx, &rec); err != nil {
-		os.RemoveAll(dir)
+		m.removeSnapshotFiles(sid)
 		return api.Snapshot{}, err
 	}
-	v := snapshotView(&rec)
-	v.Root = rootStats != nil
+	v := m.viewSnapshot(&rec)
 	v.Seconds = time.Since(start).Seconds()
-	m.log.Debug("snapshot", "sandbox", id, "snapshot", sid, "bytes", stats.Bytes, "entries", stats.Entries, "copy_s", copySecs, "total_s", v.Seconds)
+	m.log.Debug("snapshot", "sandbox", id, "snapshot", sid, "bytes", stats.Bytes, "entries", stats.Entries, "copy_on_write", cow, "copy_s", copySecs, "total_s", v.Seconds)
 	return v, nil
 }
 
@@ -422,9 +446,7 @@ func (m *Manager) ListSnapshots(ctx context.Context) (api.SnapshotList, error) {
 	out := api.SnapshotList{Snapshots: []api.Snapshot{}, Used: used, Quota: m.cfg.SnapshotQuota}
 	for _, sn := range list {
 		if maySee(ctx, sn.Tenant) {
-			v := snapshotView(sn)
-			v.Root = m.rootHeld(sn.ID)
-			out.Snapshots = append(out.Snapshots, v)
+			out.Snapshots = append(out.Snapshots, m.viewSnapshot(sn))
 		}
 	}
 	return out, nil
@@ -436,9 +458,7 @@ func (m *Manager) GetSnapshot(ctx context.Context, ref string) (api.Snapshot, er
 	if err != nil {
 		return api.Snapshot{}, err
 	}
-	v := snapshotView(sn)
-	v.Root = m.rootHeld(sn.ID)
-	return v, nil
+	return m.viewSnapshot(sn), nil
 }
 
 // DeleteSnapshot removes a snapshot and its files. Sandboxes made from it
@@ -477,10 +497,13 @@ func (m *Manager) resolveSnapshot(ctx context.Context, req *api.CreateSandboxReq
 // fillFromSnapshot copies a snapshot into a new sandbox's workspace.
 func (m *Manager) fillFromSnapshot(sb *Sandbox, sn *store.Snapshot) error {
 	sb.mu.Lock()
-	rt := sb.rt
+	rt, cloned := sb.rt, sb.cloned
 	sb.mu.Unlock()
 	if rt == nil {
 		return fmt.Errorf("sandbox %s ended while it was being created: %w", sb.id, errdefs.ErrUnavailable)
+	}
+	if cloned {
+		return nil // its volume is a clone of the snapshot's image
 	}
 	ws, err := m.workspaceOf(sb, rt)
 	if err != nil {
@@ -494,7 +517,14 @@ func (m *Manager) fillFromSnapshot(sb *Sandbox, sn *store.Snapshot) error {
 	if _, err := m.st.GetSnapshot(context.Background(), "", sn.ID); err != nil {
 		return fmt.Errorf("from_snapshot %s: deleted meanwhile: %w", sn.ID, errdefs.ErrNotFound)
 	}
-	if _, err := workspace.CopyInto(m.snapTree(sn.ID), ws); err != nil {
+	// A copied tree, or an image read through a read-only mount (a daemon
+	// that no longer clones: copy_on_write off).
+	src, done, err := m.mountSnapshot(sn)
+	if err != nil {
+		return fmt.Errorf("from_snapshot %s: %w", sn.ID, err)
+	}
+	defer done()
+	if _, err := workspace.CopyInto(src, ws); err != nil {
 		return fmt.Errorf("from_snapshot %s: %w", sn.ID, err)
 	}
 	return nil
@@ -551,6 +581,10 @@ func (m *Manager) Fork(ctx context.Context, id string, req *api.ForkRequest) (ap
 	labels["airlock.fork.parent"] = id
 	base := api.CreateSandboxRequest{Image: spec.Image, PolicyName: spec.PolicyName, Policy: spec.Policy, Resources: spec.Resources,
 		Env: spec.Env, Caches: spec.Caches, Record: spec.Record, Labels: labels, FromSnapshot: snap.ID}
+	if spec.Network != nil {
+		// The parent's network policy as changed since its creation.
+		ctx = context.WithValue(ctx, forkNetworkKey{}, spec.Network)
+	}
 	out := make([]api.Sandbox, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -584,6 +618,39 @@ func (m *Manager) Fork(ctx context.Context, id string, req *api.ForkRequest) (ap
 		}
 	}
 	return api.ForkResult{Snapshot: snap, Sandboxes: out, Seconds: time.Since(start).Seconds()}, nil
+}
+
+// forkNetworkKey carries a fork parent's network policy (as changed since
+// its creation) to the creation of its children.
+type forkNetworkKey struct{}
+
+// applyForkNetwork gives a fork child its parent's current network
+// policy, in its gateway and in rec (what assign keeps), before it is
+// handed out.
+func (m *Manager) applyForkNetwork(ctx context.Context, sb *Sandbox, rec *specRecord) error {
+	np, _ := ctx.Value(forkNetworkKey{}).(*api.NetworkPolicy)
+	if np == nil {
+		return nil
+	}
+	base, hasGateway, err := m.cfg.network(*rec)
+	if err != nil {
+		return err
+	}
+	if !hasGateway && np.Mode != policy.NetworkNone {
+		return conflict("fork: the parent's network policy (mode %s) needs an egress gateway its policy did not give", np.Mode)
+	}
+	n := applyNetwork(base, np)
+	view := networkView(n)
+	rec.Network = &view
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	sb.spec.Network = &view
+	if sb.egress != nil {
+		if err := sb.egress.SetNetwork(n); err != nil {
+			return fmt.Errorf("fork: the parent's network policy: %w", err)
+		}
+	}
+	return nil
 }
 
 // Restore puts a sandbox's workspace back to a snapshot, in place: it
@@ -620,10 +687,15 @@ func (m *Manager) Restore(ctx context.Context, id string, req *api.RestoreReques
 			if err := killAllButInit(rt.Info().CgroupPaths); err != nil {
 				return err
 			}
+			src, done, err := m.mountSnapshot(sn)
+			if err != nil {
+				return err
+			}
+			defer done()
 			if err := workspace.EmptyDir(ws); err != nil {
 				return err
 			}
-			_, err := workspace.CopyInto(m.snapTree(sn.ID), ws)
+			_, err = workspace.CopyInto(src, ws)
 			return err
 		})
 	}
@@ -732,7 +804,16 @@ func (m *Manager) Changes(ctx context.Context, id, since string, diff bool) (api
 		if err != nil {
 			return api.Changes{}, err
 		}
-		since, old = sn.ID, m.snapTree(sn.ID)
+		// Held from the mount to the comparison's end: no deletion
+		// meanwhile.
+		m.snaps.mu.RLock()
+		defer m.snaps.mu.RUnlock()
+		dir, done, err := m.mountSnapshot(sn)
+		if err != nil {
+			return api.Changes{}, fmt.Errorf("changes of %s: %w", id, err)
+		}
+		defer done()
+		since, old = sn.ID, dir
 	}
 	var list []workspace.Change
 	err = frozen(ctx, rt, paused, func() error {

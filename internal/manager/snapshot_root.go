@@ -300,6 +300,14 @@ func (m *Manager) restoreRoot(ctx context.Context, sb *Sandbox, old runtime.Sand
 	if err := rootFits(spec, sn.ID, rm); err != nil {
 		return err
 	}
+	// The workspace: a clone of the snapshot's image as the new volume
+	// where the snapshot is one (snapshot_cow.go), else copied below.
+	wrec := rec
+	wrec.FromSnapshot = sn.ID
+	cloned, err := m.workspaceFromSnapshot(ctx, spec, wrec)
+	if err != nil {
+		return err
+	}
 	if sandbox.HasNetwork(p) {
 		setup, err := egress.Load(m.egressDir(sb.id), applyNetwork(p.Network, rec.Network), m.cfg.secret)
 		if err != nil {
@@ -354,8 +362,13 @@ func (m *Manager) restoreRoot(ctx context.Context, sb *Sandbox, old runtime.Sand
 	}
 	m.watch(sb, rt)
 	ws, err := m.workspaceOf(sb, rt)
-	if err == nil {
-		_, err = workspace.CopyInto(m.snapTree(sn.ID), ws)
+	if err == nil && !cloned {
+		var src string
+		var done func()
+		if src, done, err = m.mountSnapshot(sn); err == nil {
+			_, err = workspace.CopyInto(src, ws)
+			done()
+		}
 	}
 	if err != nil {
 		return failed(fmt.Errorf("workspace: %w", err))

@@ -29,6 +29,31 @@ const (
 	KindAuto = "auto"
 )
 
+// Methods of taking a snapshot (Volumes.Method).
+const (
+	// MethodClone: images are cloned (reflinks).
+	MethodClone = "clone"
+	// MethodCopy: the caller copies files.
+	MethodCopy = "copy"
+)
+
+// Options are Open's settings.
+type Options struct {
+	// Kind is KindAuto ("") or KindLoop.
+	Kind string
+	// Reserve is the free space kept on the directory's filesystem (the
+	// data disk under a pool).
+	Reserve int64
+	// CopyOnWrite: "auto" ("") clones images where the directory's
+	// filesystem has reflinks, or in a pool (Pool) when it has none;
+	// "off" never clones (MethodCopy).
+	CopyOnWrite string
+	// Pool is the file of the XFS pool made when the directory's
+	// filesystem has no reflinks ("": none is made). It must be on the
+	// filesystem the directory is on.
+	Pool string
+}
+
 // InodeRatio is the bytes of a volume's size per inode it may hold: a
 // volume of S bytes holds at most S/InodeRatio files, directories and
 // links.

@@ -23,6 +23,12 @@ type Volumes struct {
 	kind    string
 	reserve int64
 	mkfs    string
+	// cow: images can be cloned (cow_linux.go); cowInfo says why or why
+	// not; pool is the pool file mounted on dir by Open ("": none).
+	cow      bool
+	cowInfo  string
+	pool     string
+	poolFile string // the pool file of the options, mounted or not
 }
 
 // Open prepares dir (created if missing, mode 0711) for volumes of the
@@ -31,6 +37,14 @@ type Volumes struct {
 // volume, so that a host that cannot make volumes fails here, with the
 // reason and the fix, rather than at the first sandbox.
 func Open(dir, kind string, reserve int64) (*Volumes, error) {
+	return OpenWith(dir, Options{Kind: kind, Reserve: reserve, CopyOnWrite: "off"})
+}
+
+// OpenWith is Open with copy-on-write settings (cow_linux.go): with
+// o.CopyOnWrite auto, images are cloned where the directory's filesystem
+// has reflinks, else in a pool made or mounted on the directory.
+func OpenWith(dir string, o Options) (*Volumes, error) {
+	kind, reserve := o.Kind, o.Reserve
 	if kind == "" {
 		kind = KindAuto
 	}
@@ -43,9 +57,16 @@ func Open(dir, kind string, reserve int64) (*Volumes, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("volume directory %q: must be absolute", dir)
 	}
+	if o.CopyOnWrite != "" && o.CopyOnWrite != "auto" && o.CopyOnWrite != "off" {
+		return nil, fmt.Errorf("copy_on_write %q: want auto or off", o.CopyOnWrite)
+	}
 	vs := &Volumes{dir: filepath.Clean(dir), kind: KindLoop, reserve: reserve}
 	if err := vs.probeLoop(); err != nil {
 		return nil, fmt.Errorf("disk quota in %s: loop volumes: %w", dir, err)
+	}
+	vs.setupCoW(o)
+	if vs.cow {
+		vs.thawAll()
 	}
 	return vs, nil
 }
@@ -60,7 +81,7 @@ func (vs *Volumes) Dir() string { return vs.dir }
 func (vs *Volumes) Reserve() int64 { return vs.reserve }
 
 func (vs *Volumes) String() string {
-	return fmt.Sprintf("%s volumes in %s (ext4 images made with %s), %s kept in reserve", vs.kind, vs.dir, vs.mkfs, Human(vs.reserve))
+	return fmt.Sprintf("%s volumes in %s (ext4 images made with %s), %s kept in reserve, snapshots by %s (%s)", vs.kind, vs.dir, vs.mkfs, Human(vs.reserve), vs.Method(), vs.cowInfo)
 }
 
 // probeLoop checks what loop volumes need, then makes and removes one.
@@ -122,8 +143,8 @@ func ensureDir(dir string) error {
 // directory owned by uid and gid, mode 0755. It fails with
 // errdefs.ErrExhausted when the volume would eat into the reserve.
 func (vs *Volumes) Create(name string, size int64, uid, gid int) (*Volume, error) {
-	if name == "" || strings.ContainsAny(name, "/\x00") || strings.HasPrefix(name, ".") {
-		return nil, fmt.Errorf("volume name %q: want a plain file name: %w", name, errdefs.ErrInvalid)
+	if err := checkName(name); err != nil {
+		return nil, err
 	}
 	if size < 1<<20 {
 		return nil, fmt.Errorf("volume %s: size %d: want at least 1 MiB: %w", name, size, errdefs.ErrInvalid)
@@ -131,9 +152,17 @@ func (vs *Volumes) Create(name string, size int64, uid, gid int) (*Volume, error
 	return vs.create(name, size, uid, gid, true)
 }
 
+// checkName refuses a volume name that is not a plain file name.
+func checkName(name string) error {
+	if name == "" || strings.ContainsAny(name, "/\x00") || strings.HasPrefix(name, ".") {
+		return fmt.Errorf("volume name %q: want a plain file name: %w", name, errdefs.ErrInvalid)
+	}
+	return nil
+}
+
 func (vs *Volumes) create(name string, size int64, uid, gid int, checkReserve bool) (_ *Volume, retErr error) {
 	v := &Volume{Kind: KindLoop, Path: filepath.Join(vs.dir, name), Image: filepath.Join(vs.dir, name+".img"), Size: size}
-	img, err := vs.allocate(v, checkReserve)
+	img, err := vs.allocate(v, checkReserve, v.Size)
 	if err != nil {
 		return nil, err
 	}
@@ -152,16 +181,9 @@ func (vs *Volumes) create(name string, size int64, uid, gid int, checkReserve bo
 	if err := os.Mkdir(v.Path, 0o700); err != nil {
 		return nil, fmt.Errorf("volume mount point: %w", err)
 	}
-	dev, loop, err := attachLoop(img, name)
-	if err != nil {
+	// The loop device clears itself (autoclear) once nothing holds it.
+	if err := mountImage(img, name, v.Path, false); err != nil {
 		return nil, err
-	}
-	// The loop device clears itself (autoclear) once nothing holds it: its
-	// descriptor stays open until the mount holds it instead.
-	err = unix.Mount(dev, v.Path, "ext4", unix.MS_NOSUID|unix.MS_NODEV, "discard,noinit_itable")
-	unix.Close(loop)
-	if err != nil {
-		return nil, fmt.Errorf("mount %s (%s) on %s: %w", dev, v.Image, v.Path, err)
 	}
 	// mkfs made lost+found; the volume is a sandbox's empty workspace.
 	if err := os.Remove(filepath.Join(v.Path, "lost+found")); err != nil && !os.IsNotExist(err) {
@@ -170,11 +192,11 @@ func (vs *Volumes) create(name string, size int64, uid, gid int, checkReserve bo
 	return v, nil
 }
 
-// allocate creates v's sparse image at its full size. With the reserve
+// allocate creates v's image, sparse, of length bytes. With the reserve
 // checked, the check and the creation happen under the directory's lock,
 // so that two creations (from any process) cannot both take the last
 // room.
-func (vs *Volumes) allocate(v *Volume, checkReserve bool) (*os.File, error) {
+func (vs *Volumes) allocate(v *Volume, checkReserve bool, length int64) (*os.File, error) {
 	if checkReserve {
 		lock, err := os.OpenFile(filepath.Join(vs.dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
@@ -200,7 +222,7 @@ func (vs *Volumes) allocate(v *Volume, checkReserve bool) (*os.File, error) {
 		}
 		return nil, fmt.Errorf("volume image: %w", err)
 	}
-	if err := img.Truncate(v.Size); err != nil {
+	if err := img.Truncate(length); err != nil {
 		img.Close()
 		os.Remove(v.Image)
 		return nil, fmt.Errorf("volume image %s: %w", v.Image, err)
@@ -209,14 +231,24 @@ func (vs *Volumes) allocate(v *Volume, checkReserve bool) (*os.File, error) {
 }
 
 // Space reports the free space of the directory's filesystem (for an
-// unprivileged writer), what the live volumes may still grow into (their
-// size less what their image already holds), and how many there are.
+// unprivileged writer; under a pool, the lesser of the pool's and the
+// data disk's), what the live volumes may still grow into (their size
+// less what their image already holds, or with reflinks less what it
+// holds unshared: a clone's shared blocks are copied when written), and
+// how many there are.
 func (vs *Volumes) Space() (free, promised int64, n int, err error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(vs.dir, &st); err != nil {
 		return 0, 0, 0, fmt.Errorf("statfs %s: %w", vs.dir, err)
 	}
 	free = int64(st.Bavail) * st.Bsize
+	if vs.pool != "" {
+		var disk unix.Statfs_t
+		if err := unix.Statfs(filepath.Dir(vs.pool), &disk); err != nil {
+			return 0, 0, 0, fmt.Errorf("statfs %s: %w", filepath.Dir(vs.pool), err)
+		}
+		free = min(free, int64(disk.Bavail)*disk.Bsize)
+	}
 	entries, err := os.ReadDir(vs.dir)
 	if err != nil {
 		return 0, 0, 0, err
@@ -230,7 +262,13 @@ func (vs *Volumes) Space() (free, promised int64, n int, err error) {
 			continue // removed meanwhile
 		}
 		n++
-		if rest := fst.Size - fst.Blocks*512; rest > 0 {
+		held := fst.Blocks * 512
+		if vs.cow {
+			if held, err = exclusiveBytes(filepath.Join(vs.dir, e.Name())); err != nil {
+				held = 0 // promise it all
+			}
+		}
+		if rest := fst.Size - held; rest > 0 {
 			promised += rest
 		}
 	}
@@ -238,9 +276,9 @@ func (vs *Volumes) Space() (free, promised int64, n int, err error) {
 }
 
 // attachLoop attaches img to a free loop device (autoclear, direct I/O
-// where the backing filesystem allows it) and returns the device's path
+// where the backing filesystem allows it, read-only with ro) and returns the device's path
 // and an open descriptor on it.
-func attachLoop(img *os.File, name string) (string, int, error) {
+func attachLoop(img *os.File, name string, ro bool) (string, int, error) {
 	ctl, err := unix.Open("/dev/loop-control", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", -1, fmt.Errorf("open /dev/loop-control: %w", err)
@@ -258,6 +296,9 @@ func attachLoop(img *os.File, name string) (string, int, error) {
 		}
 		cfg := unix.LoopConfig{Fd: uint32(img.Fd())}
 		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR | unix.LO_FLAGS_DIRECT_IO
+		if ro {
+			cfg.Info.Flags |= unix.LO_FLAGS_READ_ONLY
+		}
 		copy(cfg.Info.File_name[:len(cfg.Info.File_name)-1], "airlock:"+name)
 		err = unix.IoctlLoopConfigure(fd, &cfg)
 		if err == unix.EINVAL {
@@ -307,8 +348,8 @@ func (v *Volume) Remove() error {
 
 // Remove removes the volume name, if there is one.
 func (vs *Volumes) Remove(name string) error {
-	if name == "" || strings.ContainsAny(name, "/\x00") || strings.HasPrefix(name, ".") {
-		return fmt.Errorf("volume name %q: want a plain file name: %w", name, errdefs.ErrInvalid)
+	if err := checkName(name); err != nil {
+		return err
 	}
 	p := filepath.Join(vs.dir, name)
 	return (&Volume{Kind: KindLoop, Path: p, Image: p + ".img"}).Remove()

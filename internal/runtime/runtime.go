@@ -219,6 +219,10 @@ type Spec struct {
 	// Workspace is the host directory mounted read-write at /workspace.
 	// Empty: a fresh empty directory, removed with the sandbox.
 	Workspace string
+	// WorkspaceSnapshot, without Workspace: the fresh workspace volume is
+	// a clone of this snapshot's image (quota.Volumes.CreateFrom) instead
+	// of empty. Backends without such volumes refuse the spec.
+	WorkspaceSnapshot string
 	// WorkspaceLayer, with Workspace: the workspace is a copy-on-write
 	// overlay whose lower layer is Workspace (read-only) and whose upper
 	// and work directories are WorkspaceLayer/upper and WorkspaceLayer/work

@@ -162,6 +162,9 @@ func Start(t testing.TB, extra string) *Daemon {
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", Tail(d.Logs(), 80))
 		}
+		// The volumes' copy-on-write pool, if a daemon killed or busy at
+		// its end left it mounted.
+		syscall.Unmount(filepath.Join(d.DataDir, "volumes"), syscall.MNT_DETACH)
 		os.RemoveAll(dir)
 	})
 	return d

@@ -5,7 +5,9 @@ package e2e
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -62,6 +64,37 @@ func TestDoctor(t *testing.T) {
 		ok, found := seen["cgroup v1 attach"]
 		if want := os.Geteuid() == 0 || strings.TrimSpace(string(b)) != "0"; !found || ok != want {
 			t.Errorf("cgroup v1 attach: reported %v (found %v), want ok=%v for rcu_expedited=%s", ok, found, want, strings.TrimSpace(string(b)))
+		}
+	}
+	// Workspace snapshots: with xfsprogs installed (as .ci/run does),
+	// copy-on-write, naming where the reflinks come from; a data
+	// directory whose volumes directory is a mount without reflinks (a
+	// tmpfs) says copy (the control).
+	if _, err := os.Stat("/usr/sbin/mkfs.xfs"); err == nil {
+		snapCheck := func(data string) (bool, string) {
+			rep, _ := doctorJSON(t, opts{env: []string{"AIRLOCK_DATA_DIR=" + data}})
+			for _, c := range rep.Checks {
+				if c.Name == "workspace snapshots (airlock serve)" {
+					return c.OK, c.Detail
+				}
+			}
+			t.Fatal("doctor does not say how the daemon takes workspace snapshots")
+			return false, ""
+		}
+		data := t.TempDir()
+		if ok, detail := snapCheck(data); !ok || !strings.HasPrefix(detail, "clone: ") || !strings.Contains(detail, data) {
+			t.Errorf("workspace snapshots with xfsprogs: ok=%v %s", ok, detail)
+		}
+		vols := filepath.Join(data, "volumes")
+		if err := os.Mkdir(vols, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount("tmpfs", vols, "tmpfs", 0, "size=1m"); err != nil {
+			t.Fatal(err)
+		}
+		defer syscall.Unmount(vols, syscall.MNT_DETACH)
+		if ok, detail := snapCheck(data); ok || !strings.HasPrefix(detail, "copy: ") {
+			t.Errorf("workspace snapshots on a tmpfs: ok=%v %s, want copy", ok, detail)
 		}
 	}
 	human := airlock(t, opts{}, "doctor")

@@ -32,6 +32,15 @@ func snapDaemon(t *testing.T, extra string) *daemon {
 	return d
 }
 
+// snapFiles is where a snapshot's files are: its image in the volume
+// directory (copy-on-write) or its copied tree's directory.
+func snapFiles(d *daemon, sn *api.Snapshot) string {
+	if sn.CopyOnWrite {
+		return filepath.Join(d.dir, "data", "volumes", ".snapshots", sn.ID+".img")
+	}
+	return filepath.Join(d.dir, "data", "snapshots", sn.ID)
+}
+
 // wsState lists every entry of /workspace: path, type, mode, size, link
 // target, and a digest of each file's bytes.
 func wsState(t *testing.T, c *client.Client, id string) string {
@@ -264,7 +273,7 @@ func TestSnapshotRestart(t *testing.T) {
 	if got := d.sh(t, nb.ID, "cat /workspace/p"); got != "persisted\n" {
 		t.Errorf("from the snapshot after restart: %q", got)
 	}
-	dir := filepath.Join(d.dir, "data", "snapshots", sn.ID)
+	dir := snapFiles(d, sn)
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("snapshot files: %v", err)
 	}
@@ -314,20 +323,37 @@ func TestSnapshotQuota(t *testing.T) {
 	_, err = d.c.GetSnapshot(ctx, fr.Snapshot.ID)
 	wantCode(t, "the collected fork snapshot", err, http.StatusNotFound)
 
-	// Hard links are copied once per name: a 600 kB file with two more
-	// links needs 1.8 MB, refused before any copy, under a quota with
-	// room for one.
+	// A copy copies hard links once per name: a 600 kB file with two
+	// more links needs 1.8 MB, refused before any copy, under a quota
+	// with room for one. A clone keeps them as links: it holds 600 kB.
 	if err := d.c.DeleteSnapshot(ctx, "two"); err != nil {
 		t.Fatal(err)
 	}
 	d.sh(t, sb.ID, "ln /workspace/big /workspace/l1 && ln /workspace/big /workspace/l2")
-	_, err = d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "links"})
-	wantCode(t, "hard links past the quota", err, http.StatusConflict)
-	d.sh(t, sb.ID, "rm /workspace/l1 /workspace/l2")
-	if _, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "links"}); err != nil {
-		t.Errorf("control: one link: %v", err)
+	links, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "links"})
+	if err == nil && links.CopyOnWrite {
+		if links.Size > 1<<20 {
+			t.Errorf("a clone counts %d bytes for one 600 kB file with three names", links.Size)
+		}
+		if err := d.c.DeleteSnapshot(ctx, "links"); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		wantCode(t, "hard links past the quota", err, http.StatusConflict)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(d.dir, "data", "snapshots")); len(ents) != 2 { // .empty and "links"
+	d.sh(t, sb.ID, "rm /workspace/l1 /workspace/l2")
+	links, err = d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "links"})
+	if err != nil {
+		t.Fatalf("control: one link: %v", err)
+	}
+	want := 2 // .empty and "links"
+	if links.CopyOnWrite {
+		want = 1
+		if imgs, _ := os.ReadDir(filepath.Join(d.dir, "data", "volumes", ".snapshots")); len(imgs) != 1 {
+			t.Errorf("snapshot images left: %v", imgs)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(d.dir, "data", "snapshots")); len(ents) != want {
 		t.Errorf("snapshot directories left: %v", ents)
 	}
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/agent"
 	"github.com/airlock-dev/airlock/internal/cgroup"
+	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/uidpool"
@@ -183,12 +184,21 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	// A fresh workspace is a volume on host storage (Volumes) or a tmpfs
 	// the init mounts (ws stays empty); either way capped at the disk limit.
 	ws := spec.Workspace
+	if spec.WorkspaceSnapshot != "" && (ws != "" || r.Volumes == nil) {
+		return nil, fmt.Errorf("a workspace from snapshot %s needs a fresh workspace on a volume: %w", spec.WorkspaceSnapshot, errdefs.ErrNotSupported)
+	}
 	if ws == "" {
 		sb.tempWorkspace = true
 		if r.Volumes != nil {
 			t0 := time.Now()
 			uid, gid := workspaceOwner()
-			vol, err := r.Volumes.Create(id, orDefault(spec.Limits.Disk, defaultDisk), uid, gid)
+			var vol *quota.Volume
+			var err error
+			if spec.WorkspaceSnapshot != "" {
+				vol, err = r.Volumes.CreateFrom(id, orDefault(spec.Limits.Disk, defaultDisk), spec.WorkspaceSnapshot)
+			} else {
+				vol, err = r.Volumes.Create(id, orDefault(spec.Limits.Disk, defaultDisk), uid, gid)
+			}
 			if err != nil {
 				return nil, &LayerError{Layer: layerDisk, Err: err, Fix: fixFor(layerDisk)}
 			}

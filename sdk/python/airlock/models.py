@@ -392,7 +392,9 @@ class CreateSnapshotRequest(Model):
 class Snapshot(Model):
     """A snapshot of a sandbox's /workspace and, where root is True, of the
     copy-on-write layer over its root filesystem. Processes and memory are
-    not captured (processes is always False)."""
+    not captured (processes is always False). copy_on_write: the workspace
+    is a clone of its volume's image (constant time), else a file-by-file
+    copy."""
 
     id: str = ""
     name: str = ""
@@ -403,6 +405,7 @@ class Snapshot(Model):
     workspace: bool = True
     root: bool = False
     processes: bool = False
+    copy_on_write: bool = False
     image: Optional[str] = None
     labels: Optional[Dict[str, str]] = None
     seconds: Optional[float] = None

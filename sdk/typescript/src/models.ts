@@ -961,6 +961,10 @@ export interface Snapshot {
    * How long taking it took (in the creation's answer only).
    */
   seconds?: number;
+  /**
+   * True: a copy-on-write clone of the workspace volume's image, taken in constant time (sandboxes made from it clone it too). False: a file-by-file copy, because the daemon's volumes have no reflinks (airlock doctor says why and how to get them: install xfsprogs).
+   */
+  copy_on_write: boolean;
 }
 
 /**
@@ -1122,7 +1126,7 @@ export const SCHEMA_FIELDS = {
   RecordEvent: ["cursor","type","time","sandbox","version","pid","host_pid","ppid","host_ppid","syscall","path","path_target","argv","argv_truncated","cwd","result","exited","code","signal","core","duration_ms","lost","proto","method","host","port","addr","url_path","allowed","rule","bytes_up","bytes_down","error_message","cpu_ns","memory_bytes","memory_peak_bytes","pids","reason"],
   RecordEventsPage: ["events","next_cursor"],
   CreateSnapshotRequest: ["name","labels"],
-  Snapshot: ["id","name","sandbox_id","image","labels","size","files","created_at","workspace","root","processes","seconds"],
+  Snapshot: ["id","name","sandbox_id","image","labels","size","files","created_at","workspace","root","processes","seconds","copy_on_write"],
   SnapshotList: ["snapshots","used","quota"],
   ForkRequest: ["count","labels"],
   ForkResult: ["snapshot","sandboxes","seconds"],
