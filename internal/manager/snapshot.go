@@ -348,7 +348,11 @@ func (m *Manager) takeSnapshot(ctx context.Context, id, name string, labels map[
 	if err != nil {
 		return api.Snapshot{}, err
 	}
-	tenant, _ := TenantOf(ctx)
+	// A snapshot is its sandbox's tenant's, also when an operator key
+	// takes it.
+	sb.mu.Lock()
+	tenant := sb.rec.Tenant
+	sb.mu.Unlock()
 	if name != "" {
 		if _, err := m.st.GetSnapshot(ctx, tenant, name); err == nil {
 			return api.Snapshot{}, fmt.Errorf("snapshot %s: the name is in use: %w", errdefs.Quote(name), errdefs.ErrExists)
@@ -568,8 +572,11 @@ func (m *Manager) Fork(ctx context.Context, id string, req *api.ForkRequest) (ap
 		return api.ForkResult{}, err
 	}
 	sb.mu.Lock()
-	spec := sb.spec
+	spec, tenant := sb.spec, sb.rec.Tenant
 	sb.mu.Unlock()
+	// The snapshot and the children are the parent's tenant's, with its
+	// caches, whoever asked (an operator key may fork any sandbox).
+	ctx = WithTenant(ctx, tenant)
 	snap, err := m.takeSnapshot(ctx, id, "", map[string]string{forkLabel: id})
 	if err != nil {
 		return api.ForkResult{}, err

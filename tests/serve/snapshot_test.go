@@ -414,6 +414,29 @@ func TestSnapshotTenantsAndImages(t *testing.T) {
 	if _, err := acme.Restore(ctx, sa.ID, "mine"); err != nil {
 		t.Errorf("control: the owner restores it: %v", err)
 	}
+	// An operator's snapshot and fork of acme's sandbox are acme's: acme
+	// sees and uses them, globex does not.
+	osn, err := d.c.CreateSnapshot(ctx, sa.ID, &api.CreateSnapshotRequest{Name: "by-operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := acme.GetSnapshot(ctx, osn.ID); err != nil || got.Name != "by-operator" {
+		t.Errorf("acme gets the operator's snapshot of its sandbox: %+v %v", got, err)
+	}
+	_, err = globex.GetSnapshot(ctx, osn.ID)
+	wantCode(t, "another tenant's snapshot taken by an operator", err, http.StatusNotFound)
+	fr, err := d.c.Fork(ctx, sa.ID, &api.ForkRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acme.GetSandbox(ctx, fr.Sandboxes[0].ID); err != nil {
+		t.Errorf("acme gets the fork an operator made of its sandbox: %v", err)
+	}
+	if _, err := acme.GetSnapshot(ctx, fr.Snapshot.ID); err != nil {
+		t.Errorf("acme gets the fork's snapshot: %v", err)
+	}
+	_, err = globex.GetSandbox(ctx, fr.Sandboxes[0].ID)
+	wantCode(t, "another tenant's fork", err, http.StatusNotFound)
 
 	// Another image.
 	si := d.create(t, &api.CreateSandboxRequest{Image: "empty"})

@@ -910,7 +910,7 @@ export interface CreateSnapshotRequest {
 }
 
 /**
- * A snapshot of a sandbox's filesystem state: its /workspace and, where root is true, the copy-on-write layer over its root filesystem (what it wrote or deleted outside /workspace), copied with the sandbox's cgroup frozen so that it is consistent. Processes and memory are not captured (processes is false). It outlives its sandbox and the daemon's restarts, and belongs to the tenant of the key that made it.
+ * A snapshot of a sandbox's filesystem state: its /workspace and, where root is true, the copy-on-write layer over its root filesystem (what it wrote or deleted outside /workspace), copied with the sandbox's cgroup frozen so that it is consistent. Processes and memory are not captured (processes is false). It outlives its sandbox and the daemon's restarts, and belongs to its sandbox's tenant (also when an operator key takes it; a fork's sandboxes too).
  */
 export interface Snapshot {
   /**
