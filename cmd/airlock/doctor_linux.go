@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -189,13 +188,9 @@ func hostChecks() []check {
 	} else if !os.IsNotExist(err) {
 		kvm.Detail = "/dev/kvm present but not usable: " + err.Error()
 	}
+	// gVisor has its own check (doctor_gvisor_linux.go): runsc is looked
+	// up where airlock finds it, its cache included, not only in PATH.
 	cs = append(cs, kvm)
-
-	gv := check{Name: "gvisor (runsc)", Detail: "runsc not in PATH (gVisor backend unavailable)"}
-	if p, err := exec.LookPath("runsc"); err == nil {
-		gv.OK, gv.Detail = true, p
-	}
-	cs = append(cs, gv)
 	return cs
 }
 
