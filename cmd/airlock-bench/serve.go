@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -178,9 +179,12 @@ func runServe(args []string) int {
 	c.DeleteSandbox(ctx, sb.ID)
 
 	// Throughput: workers loop create+exec+destroy for the duration.
-	tput := func(policy string) (float64, error) {
+	// Each cycle's time is kept too, for its p50 and p99.
+	tput := func(policy string) (float64, []float64, error) {
 		var done atomic.Int64
 		var firstErr atomic.Value
+		var mu sync.Mutex
+		var cycles []float64
 		stop := time.Now().Add(*dur)
 		var wg sync.WaitGroup
 		for w := 0; w < *workers; w++ {
@@ -188,6 +192,7 @@ func runServe(args []string) int {
 			go func() {
 				defer wg.Done()
 				for time.Now().Before(stop) {
+					c0 := time.Now()
 					_, id, err := createExec(policy)
 					if err == nil {
 						err = c.DeleteSandbox(ctx, id)
@@ -196,6 +201,10 @@ func runServe(args []string) int {
 						firstErr.CompareAndSwap(nil, err)
 						return
 					}
+					d := float64(time.Since(c0)) / float64(time.Millisecond)
+					mu.Lock()
+					cycles = append(cycles, d)
+					mu.Unlock()
 					done.Add(1)
 				}
 			}()
@@ -203,16 +212,16 @@ func runServe(args []string) int {
 		t0 := time.Now()
 		wg.Wait()
 		if e, _ := firstErr.Load().(error); e != nil {
-			return 0, e
+			return 0, nil, e
 		}
-		return float64(done.Load()) / time.Since(t0).Seconds(), nil
+		return float64(done.Load()) / time.Since(t0).Seconds(), cycles, nil
 	}
-	tCold, err := tput("cold")
+	tCold, cCold, err := tput("cold")
 	if err != nil {
 		return fail("throughput (cold)", err)
 	}
 	waitPool()
-	tWarm, err := tput("")
+	tWarm, cWarm, err := tput("")
 	if err != nil {
 		return fail("throughput (pool)", err)
 	}
@@ -255,8 +264,15 @@ func runServe(args []string) int {
 	row("reference: airlock run -- /bin/true (one-shot)", oneshot, "")
 	row("reference: bwrap --unshare-all /bin/true", bw, "")
 	fmt.Println()
-	fmt.Printf("%-48s %10.1f /s   (%d clients, %v)\n", "create+exec+destroy, cold", tCold, *workers, *dur)
-	fmt.Printf("%-48s %10.1f /s   (pool of %d refilling)\n", "create+exec+destroy, pool policy", tWarm, poolSize)
+	cycle := func(xs []float64) string {
+		if len(xs) == 0 {
+			return ""
+		}
+		sort.Float64s(xs)
+		return fmt.Sprintf("; a cycle p50 %s, p99 %s", ms(xs[len(xs)/2]), ms(xs[min(len(xs)-1, len(xs)*99/100)]))
+	}
+	fmt.Printf("%-48s %10.1f /s   (%d clients, %v%s)\n", "create+exec+destroy, cold", tCold, *workers, *dur, cycle(cCold))
+	fmt.Printf("%-48s %10.1f /s   (pool of %d refilling%s)\n", "create+exec+destroy, pool policy", tWarm, poolSize, cycle(cWarm))
 	fmt.Println()
 	fmt.Printf("memory per idle sandbox over %d sandboxes:\n", *idle)
 	fmt.Printf("  host total (MemAvailable drop / n)           %8.2f MiB   target <= 1 MiB\n", perSandbox)
