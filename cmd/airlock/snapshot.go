@@ -150,13 +150,20 @@ func listSnapshots(cmd *cobra.Command, asJSON bool) error {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(l)
 	}
 	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tNAME\tSANDBOX\tIMAGE\tSIZE\tFILES\tCREATED")
+	fmt.Fprintln(w, "ID\tNAME\tSANDBOX\tIMAGE\tHOLDS\tKEPT AS\tSIZE\tFILES\tCREATED")
 	for _, s := range l.Snapshots {
 		img := s.Image
 		if img == "" {
 			img = "-"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.ID, s.Name, s.SandboxID, img, quota.Human(s.Size), s.Files, s.CreatedAt.Local().Format(time.DateTime))
+		holds, kept := "workspace", "copy"
+		if s.Root {
+			holds = "workspace+root"
+		}
+		if s.CopyOnWrite {
+			kept = "clone"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.ID, s.Name, s.SandboxID, img, holds, kept, quota.Human(s.Size), s.Files, s.CreatedAt.Local().Format(time.DateTime))
 	}
 	w.Flush()
 	if l.Quota > 0 {

@@ -486,7 +486,7 @@ func TestSnapshotCLI(t *testing.T) {
 	if code == 0 || strings.Count(strings.TrimSpace(errs), "\n") != 0 || !strings.Contains(errs, "in use") {
 		t.Errorf("snapshot with a name in use: %q %d", errs, code)
 	}
-	if out, _, code := run("snapshots"); code != 0 || !strings.Contains(out, snapID) || !strings.Contains(out, "cli1") {
+	if out, _, code := run("snapshots"); code != 0 || !strings.Contains(out, snapID) || !strings.Contains(out, "cli1") || !strings.Contains(out, "workspace+root") {
 		t.Errorf("snapshots: %q %d", out, code)
 	}
 	d.sh(t, sb.ID, "printf 'one\\nTWO\\n' > /workspace/t.txt")
