@@ -110,7 +110,7 @@ func (m *Manager) live(ctx context.Context, id string) (*Sandbox, runtime.Sandbo
 	defer sb.mu.Unlock()
 	sb.activity, sb.dirty = now, true
 	if sb.rec.State != api.StateRunning || sb.ending || sb.rt == nil {
-		return nil, nil, conflict("sandbox %s is %s, not running", id, sb.rec.State)
+		return nil, nil, conflict("sandbox %s is %s, not running", id, sb.stateWord())
 	}
 	return sb, sb.rt, nil
 }

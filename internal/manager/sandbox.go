@@ -108,3 +108,18 @@ func (sb *Sandbox) view() api.Sandbox {
 	}
 	return v
 }
+
+// stateWord is the sandbox's state for an error message: "ending" while it
+// is being deleted or has failed but its record still says running (the
+// record becomes final once the runtime is gone), and what a restore that
+// remakes its runtime is doing meanwhile. Called with sb.mu held.
+func (sb *Sandbox) stateWord() string {
+	live := sb.rec.State == api.StateRunning || sb.rec.State == api.StatePaused
+	switch {
+	case sb.ending && live:
+		return "ending"
+	case sb.rt == nil && live:
+		return "being made anew (a restore)"
+	}
+	return sb.rec.State
+}

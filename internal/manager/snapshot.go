@@ -195,7 +195,7 @@ func (m *Manager) liveForSnapshot(ctx context.Context, id string) (*Sandbox, run
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if (sb.rec.State != api.StateRunning && sb.rec.State != api.StatePaused) || sb.ending || sb.rt == nil {
-		return nil, nil, false, conflict("sandbox %s is %s, not running", id, sb.rec.State)
+		return nil, nil, false, conflict("sandbox %s is %s, not running", id, sb.stateWord())
 	}
 	sb.activity, sb.dirty = time.Now().UTC(), true
 	return sb, sb.rt, sb.rec.State == api.StatePaused, nil
