@@ -9,10 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
-
-	"github.com/airlock-dev/airlock/client"
 )
 
 // e2bRows measures the E2B compatibility layer with the official E2B JS
@@ -32,13 +29,13 @@ func e2bRows(al, sdkDir, tsDir string, n int) {
 			return
 		}
 	}
-	dir, err := os.MkdirTemp("", "airlock-bench-e2b-")
+	daemon, err := newBenchDaemon(al, "airlock-bench-e2b-")
 	if err != nil {
 		logf("%v", err)
 		return
 	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o711)
+	dir := daemon.dir
+	defer daemon.cleanup()
 	sdk := filepath.Join(dir, "sdk")
 	os.Mkdir(sdk, 0o755)
 	for _, f := range []string{"package.json", "package-lock.json", "bench.mjs"} {
@@ -62,31 +59,16 @@ func e2bRows(al, sdkDir, tsDir string, n int) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	sock := filepath.Join(dir, "airlock.sock")
-	cfg := fmt.Sprintf("socket: %s\nlisten: %s\ndata_dir: %s\nstate_dir: %s\nlog_level: warn\npools:\n  - policy: default\n    size: 8\n",
-		sock, addr, filepath.Join(dir, "data"), filepath.Join(dir, "state"))
-	cfgFile := filepath.Join(dir, "config.yaml")
-	os.WriteFile(cfgFile, []byte(cfg), 0o600)
-	var dlog bytes.Buffer
-	daemon := exec.Command(al, "serve", "--config", cfgFile)
-	daemon.Stderr = &dlog
-	if err := daemon.Start(); err != nil {
-		logf("start daemon: %v", err)
+	sock := daemon.sock()
+	daemon.cfg = fmt.Sprintf("socket: %s\nlisten: %s\ndata_dir: %s\nstate_dir: %s\nlog_level: warn\npools:\n  - policy: default\n    size: 8\n",
+		sock, addr, filepath.Join(dir, "data"), daemon.stateDir())
+	ctx := context.Background()
+	if err := daemon.start(ctx); err != nil {
+		logf("%v", err)
 		return
 	}
-	defer func() {
-		daemon.Process.Signal(syscall.SIGTERM)
-		daemon.Wait()
-	}()
-	c, _ := client.New("unix://"+sock, "")
-	ctx := context.Background()
-	for i := 0; c.Ready(ctx) != nil; i++ {
-		if i > 500 {
-			logf("daemon not ready:\n%s", dlog.String())
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	daemon.created = true // its warm pool fills from the start
+	c := daemon.c
 	k, err := c.CreateKey(ctx, "bench")
 	if err != nil {
 		logf("key: %v", err)
@@ -111,7 +93,7 @@ func e2bRows(al, sdkDir, tsDir string, n int) {
 	node.Stderr = &stderr
 	out, err := node.Output()
 	if err != nil {
-		logf("E2B SDK bench: %v\n%s\n%s", err, stderr.String(), dlog.String())
+		logf("E2B SDK bench: %v\n%s\n%s", err, stderr.String(), daemon.log.String())
 		return
 	}
 	var res struct {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -24,7 +25,6 @@ import (
 	goruntime "runtime"
 
 	"github.com/airlock-dev/airlock/api"
-	"github.com/airlock-dev/airlock/client"
 )
 
 // runServe measures `airlock serve` through the Go SDK, against a daemon it
@@ -61,47 +61,27 @@ func runServe(args []string) int {
 		e2bRows(al, *e2bSDK, *tsSDK, *e2bN)
 		return 0
 	}
-	dir, err := os.MkdirTemp("", "airlock-bench-serve-")
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	daemon, err := newBenchDaemon(al, "airlock-bench-serve-")
 	if err != nil {
 		logf("%v", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o711)
+	dir := daemon.dir
 	const poolSize = 8
 	empty := filepath.Join(dir, "cold.yaml")
 	os.WriteFile(empty, []byte("{}\n"), 0o644)
-	sock := filepath.Join(dir, "airlock.sock")
-	cfg := fmt.Sprintf("socket: %s\ndata_dir: %s\nstate_dir: %s\nlog_level: warn\nmax_sandboxes: %d\nmax_creating: 4\npolicies:\n  cold: %s\npools:\n  - policy: default\n    size: %d\n",
-		sock, filepath.Join(dir, "data"), filepath.Join(dir, "state"), *idle+poolSize+16, empty, poolSize)
-	cfgFile := filepath.Join(dir, "config.yaml")
-	os.WriteFile(cfgFile, []byte(cfg), 0o600)
-	var dlog bytes.Buffer
-	daemon := exec.Command(al, "serve", "--config", cfgFile)
-	daemon.Stderr = &dlog
-	if err := daemon.Start(); err != nil {
-		logf("start daemon: %v", err)
+	sock := daemon.sock()
+	daemon.cfg = fmt.Sprintf("socket: %s\ndata_dir: %s\nstate_dir: %s\nlog_level: warn\nmax_sandboxes: %d\nmax_creating: 4\npolicies:\n  cold: %s\npools:\n  - policy: default\n    size: %d\n",
+		sock, filepath.Join(dir, "data"), daemon.stateDir(), *idle+poolSize+16, empty, poolSize)
+	defer daemon.cleanup()
+	if err := daemon.start(ctx); err != nil {
+		logf("%v", err)
 		return 1
 	}
-	defer func() {
-		daemon.Process.Signal(syscall.SIGTERM)
-		daemon.Wait()
-	}()
-	c, _ := client.New("unix://"+sock, "")
-	ctx := context.Background()
-	// Before the daemon stops: its sandboxes outlive it by design, and the
-	// directory they live in is removed next.
-	defer deleteAll(c)
-	for i := 0; ; i++ {
-		if c.Ready(ctx) == nil {
-			break
-		}
-		if i > 500 {
-			logf("daemon not ready:\n%s", dlog.String())
-			return 1
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	daemon.created = true // its warm pool fills from the start
+	c := daemon.c
 	poolReady := func() float64 { return metric(sock, `airlock_pool_ready{image="",policy="default"}`) }
 	waitPool := func() {
 		for i := 0; i < 500 && poolReady() < poolSize; i++ {
@@ -109,7 +89,7 @@ func runServe(args []string) int {
 		}
 	}
 	fail := func(what string, err error) int {
-		logf("%s: %v\n%s", what, err, dlog.String())
+		logf("%s: %v\n%s", what, err, daemon.log.String())
 		return 1
 	}
 	createExec := func(policy string) (float64, string, error) {
@@ -229,7 +209,7 @@ func runServe(args []string) int {
 	// Memory per idle sandbox.
 	waitPool()
 	time.Sleep(time.Second)
-	avail0, rss0 := memAvailable(), rss(daemon.Process.Pid)
+	avail0, rss0 := memAvailable(), rss(daemon.cmd.Process.Pid)
 	ids := make([]string, 0, *idle)
 	for i := 0; i < *idle; i++ {
 		s, err := c.CreateSandbox(ctx, &api.CreateSandboxRequest{PolicyName: "cold"})
@@ -239,8 +219,8 @@ func runServe(args []string) int {
 		ids = append(ids, s.ID)
 	}
 	time.Sleep(2 * time.Second)
-	avail1, rss1 := memAvailable(), rss(daemon.Process.Pid)
-	pss := agentsPss(filepath.Join(dir, "state"))
+	avail1, rss1 := memAvailable(), rss(daemon.cmd.Process.Pid)
+	pss := agentsPss(daemon.stateDir())
 	for _, id := range ids {
 		c.DeleteSandbox(ctx, id)
 	}
@@ -353,26 +333,4 @@ func agentsPss(stateDir string) float64 {
 		total += float64(meminfo(fmt.Sprintf("/proc/%d/smaps_rollup", st.Init), "Pss:"))
 	}
 	return total
-}
-
-// deleteAll deletes every sandbox of the bench's daemon, whatever a row
-// left behind (a failed row returns early), so that none outlives the run.
-func deleteAll(c *client.Client) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	for range 100 {
-		l, err := c.ListSandboxes(ctx, client.ListOptions{Limit: 1000})
-		if err != nil || len(l.Sandboxes) == 0 {
-			return
-		}
-		deleted := 0
-		for _, sb := range l.Sandboxes {
-			if c.DeleteSandbox(ctx, sb.ID) == nil {
-				deleted++
-			}
-		}
-		if deleted == 0 {
-			return
-		}
-	}
 }

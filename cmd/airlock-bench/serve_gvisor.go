@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,11 +9,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
-	"github.com/airlock-dev/airlock/client"
 	"github.com/airlock-dev/airlock/internal/runtime/gvisor"
 )
 
@@ -35,45 +32,29 @@ func gvisorServeRows(al string, n, idle int) {
 		fmt.Printf("\ngvisor rows skipped: the daemon's gvisor sandboxes need root\n")
 		return
 	}
-	dir, err := os.MkdirTemp("", "airlock-bench-gvisor-")
+	daemon, err := newBenchDaemon(al, "airlock-bench-gvisor-")
 	if err != nil {
 		logf("%v", err)
 		return
 	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o711)
+	dir := daemon.dir
 	const poolSize = 4
 	empty := filepath.Join(dir, "cold.yaml")
 	os.WriteFile(empty, []byte("runtime: gvisor\n"), 0o644)
-	sock := filepath.Join(dir, "airlock.sock")
-	state := filepath.Join(dir, "state")
-	cfg := fmt.Sprintf("socket: %s\ndata_dir: %s\nstate_dir: %s\nlog_level: warn\nmax_sandboxes: %d\nmax_creating: 4\ndefault_runtime: gvisor\npolicies:\n  cold: %s\npools:\n  - policy: default\n    size: %d\n",
+	sock := daemon.sock()
+	state := daemon.stateDir()
+	daemon.cfg = fmt.Sprintf("socket: %s\ndata_dir: %s\nstate_dir: %s\nlog_level: warn\nmax_sandboxes: %d\nmax_creating: 4\ndefault_runtime: gvisor\npolicies:\n  cold: %s\npools:\n  - policy: default\n    size: %d\n",
 		sock, filepath.Join(dir, "data"), state, idle+poolSize+16, empty, poolSize)
-	cfgFile := filepath.Join(dir, "config.yaml")
-	os.WriteFile(cfgFile, []byte(cfg), 0o600)
-	var dlog bytes.Buffer
-	daemon := exec.Command(al, "serve", "--config", cfgFile)
-	daemon.Stderr = &dlog
-	if err := daemon.Start(); err != nil {
-		logf("start daemon: %v", err)
+	ctx := context.Background()
+	defer daemon.cleanup()
+	if err := daemon.start(ctx); err != nil {
+		logf("gvisor rows: %v", err)
 		return
 	}
-	defer func() {
-		daemon.Process.Signal(syscall.SIGTERM)
-		daemon.Wait()
-	}()
-	c, _ := client.New("unix://"+sock, "")
-	ctx := context.Background()
-	defer deleteAll(c)
-	for i := 0; c.Ready(ctx) != nil; i++ {
-		if i > 500 {
-			logf("gvisor daemon not ready:\n%s", dlog.String())
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	daemon.created = true // its warm pool fills from the start
+	c := daemon.c
 	fail := func(what string, err error) {
-		logf("gvisor rows: %s: %v\n%s", what, err, dlog.String())
+		logf("gvisor rows: %s: %v\n%s", what, err, daemon.log.String())
 	}
 	poolReady := func() float64 {
 		return metric(sock, `airlock_pool_ready_by_runtime{runtime="gvisor",image="",policy="default"}`)
