@@ -5,6 +5,7 @@ package main
 // errors are reported (one line, exit 1; usage errors exit 2).
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -86,6 +87,23 @@ func isUnreachable(err error) bool {
 		return false
 	}
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, fs.ErrNotExist)
+}
+
+// eachRef runs do for every reference a command was given (sandbox ids,
+// snapshot names): one that fails is reported and the others still run;
+// the result is the last failure. A daemon that cannot be reached ends it
+// at once (every other call would say the same).
+func eachRef(cmd *cobra.Command, c *client.Client, verb string, refs []string, do func(context.Context, string) error) error {
+	var failed error
+	for _, ref := range refs {
+		if err := do(cmd.Context(), ref); err != nil {
+			failed = apiFail(cmd, c, verb+" "+arg(ref), err)
+			if isUnreachable(err) {
+				break
+			}
+		}
+	}
+	return failed
 }
 
 // parsePairs parses repeated K=V flags into a map.

@@ -57,16 +57,7 @@ status is then 1.`,
 			if err != nil {
 				return err
 			}
-			var failed error
-			for _, id := range args {
-				if err := c.DeleteSandbox(cmd.Context(), id); err != nil {
-					failed = apiFail(cmd, c, "rm "+arg(id), err)
-					if isUnreachable(err) {
-						break
-					}
-				}
-			}
-			return failed
+			return eachRef(cmd, c, "rm", args, c.DeleteSandbox)
 		},
 	}
 	addHostFlag(cmd)

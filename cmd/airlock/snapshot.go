@@ -120,16 +120,7 @@ func newSnapshotsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var failed error
-			for _, ref := range args {
-				if err := c.DeleteSnapshot(cmd.Context(), ref); err != nil {
-					failed = apiFail(cmd, c, "snapshots rm "+arg(ref), err)
-					if isUnreachable(err) {
-						break
-					}
-				}
-			}
-			return failed
+			return eachRef(cmd, c, "snapshots rm", args, c.DeleteSnapshot)
 		},
 	}
 	addHostFlag(rm)
