@@ -166,25 +166,7 @@ func (r *Runtime) adopt(ctx context.Context, id string, listen bool) (runtime.Sa
 		sb.conn.Close()
 		return fail(err)
 	}
-	sb.nextID = state.MaxID
-	// An agent of an older binary knows no holds nor payloads: its
-	// readers read plainly.
-	sb.agentVersion = state.Version
-	for _, p := range state.Running {
-		proc := &process{sb: sb, id: p.ID, pid: p.Pid, started: make(chan struct{}), exit: make(chan struct{})}
-		proc.startOnce.Do(func() { close(proc.started) })
-		sb.procs[p.ID] = proc
-	}
-	// Processes that ended while no supervisor was connected: their status
-	// is known, and their captured output can still be read.
-	sb.ended = map[uint64]*process{}
-	for _, e := range state.Exited {
-		proc := &process{sb: sb, id: e.ID, started: make(chan struct{}), exit: make(chan struct{}),
-			status: runtime.ExitStatus{Code: e.Code, Signal: e.Signal}}
-		proc.startOnce.Do(func() { close(proc.started) })
-		close(proc.exit)
-		sb.ended[e.ID] = proc
-	}
+	sb.takeState(state)
 	if err := writeState(dir, sb.state()); err != nil {
 		sb.conn.Close()
 		return fail(err)
@@ -265,4 +247,28 @@ func takeExecListener(pidfd, pid, fd int) (*os.File, error) {
 		return nil, fmt.Errorf("descriptor %d of the sandbox init (pid %d) is not a seccomp listener", fd, pid)
 	}
 	return f, nil
+}
+
+// takeState takes over what an agent reported on connecting: its process
+// ids, its protocol version, the processes still running and those that
+// ended while no supervisor was connected.
+func (sb *sandbox) takeState(state *agent.State) {
+	sb.nextID = state.MaxID
+	// An agent of an older binary knows no holds nor payloads: its
+	// readers read plainly.
+	sb.agentVersion = state.Version
+	for _, p := range state.Running {
+		proc := &process{sb: sb, id: p.ID, pid: p.Pid, started: make(chan struct{}), exit: make(chan struct{})}
+		proc.startOnce.Do(func() { close(proc.started) })
+		sb.procs[p.ID] = proc
+	}
+	// Their status is known, and their captured output can still be read.
+	sb.ended = map[uint64]*process{}
+	for _, e := range state.Exited {
+		proc := &process{sb: sb, id: e.ID, started: make(chan struct{}), exit: make(chan struct{}),
+			status: runtime.ExitStatus{Code: e.Code, Signal: e.Signal}}
+		proc.startOnce.Do(func() { close(proc.started) })
+		close(proc.exit)
+		sb.ended[e.ID] = proc
+	}
 }

@@ -38,21 +38,7 @@ func AdoptAgent(ctx context.Context, id string, conn *os.File) (*AgentClient, *a
 		sb.conn.Close()
 		return nil, nil, err
 	}
-	sb.nextID = state.MaxID
-	sb.agentVersion = state.Version
-	for _, p := range state.Running {
-		proc := &process{sb: sb, id: p.ID, pid: p.Pid, started: make(chan struct{}), exit: make(chan struct{})}
-		proc.startOnce.Do(func() { close(proc.started) })
-		sb.procs[p.ID] = proc
-	}
-	sb.ended = map[uint64]*process{}
-	for _, e := range state.Exited {
-		proc := &process{sb: sb, id: e.ID, started: make(chan struct{}), exit: make(chan struct{}),
-			status: runtime.ExitStatus{Code: e.Code, Signal: e.Signal}}
-		proc.startOnce.Do(func() { close(proc.started) })
-		close(proc.exit)
-		sb.ended[e.ID] = proc
-	}
+	sb.takeState(state)
 	go sb.readLoop()
 	return &AgentClient{sb}, state, nil
 }
