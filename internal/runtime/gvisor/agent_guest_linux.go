@@ -18,7 +18,6 @@ package gvisor
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -32,7 +31,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/internal/agent"
-	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/seccomp"
 )
 
@@ -122,15 +120,7 @@ func agentMain(args []string) {
 	if withSeccomp {
 		// The agent runs under the policy's filter like everything it
 		// starts (as in native sandboxes).
-		raw, err := os.ReadFile(guestSeccomp)
-		var prog []runtime.SockFilter
-		if err == nil {
-			err = json.Unmarshal(raw, &prog)
-		}
-		filter := make([]seccomp.SockFilter, len(prog))
-		for i, in := range prog {
-			filter[i] = seccomp.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
-		}
+		filter, err := guestFilter()
 		if err == nil {
 			err = seccomp.Install(filter)
 		}

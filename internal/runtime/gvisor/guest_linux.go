@@ -128,15 +128,7 @@ func ExecMain() {
 		fail(agent.StartFailure(argv[0], env, "", "", nil))
 	}
 	if withSeccomp {
-		raw, err := os.ReadFile(guestSeccomp)
-		var prog []runtime.SockFilter
-		if err == nil {
-			err = json.Unmarshal(raw, &prog)
-		}
-		filter := make([]seccomp.SockFilter, len(prog))
-		for i, in := range prog {
-			filter[i] = seccomp.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
-		}
+		filter, err := guestFilter()
 		if err == nil {
 			err = seccomp.InstallThread(filter)
 		}
@@ -280,4 +272,22 @@ func splice(a, b net.Conn) {
 	go half(a, b)
 	<-done
 	<-done
+}
+
+// guestFilter reads the policy's seccomp program the supervisor bound in
+// at guestSeccomp.
+func guestFilter() ([]seccomp.SockFilter, error) {
+	raw, err := os.ReadFile(guestSeccomp)
+	if err != nil {
+		return nil, err
+	}
+	var prog []runtime.SockFilter
+	if err := json.Unmarshal(raw, &prog); err != nil {
+		return nil, err
+	}
+	filter := make([]seccomp.SockFilter, len(prog))
+	for i, in := range prog {
+		filter[i] = seccomp.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
+	}
+	return filter, nil
 }
