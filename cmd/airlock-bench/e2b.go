@@ -105,20 +105,12 @@ func e2bRows(al, sdkDir, tsDir string, n int) {
 	}
 	fmt.Printf("E2B compatibility (the e2b JS SDK, node %s), %d samples:\n", nodeVersion(), len(res.E2B))
 	fmt.Printf("%-48s %10s %10s %10s %s\n", "", "median", "p95", "min", "target")
-	row := func(name string, xs []float64, target string) {
-		if len(xs) == 0 {
-			fmt.Printf("%-48s %10s\n", name, "n/a")
-			return
-		}
-		s := summarize(xs)
-		fmt.Printf("%-48s %10s %10s %10s %s\n", name, ms(s.Median), ms(s.P95), ms(s.Min), target)
-	}
-	row("create -> first command, warm pool (E2B SDK)", res.CreateFirst, "p50 <= 20 ms")
-	row("20-step workload, E2B SDK", res.E2B, "")
-	row("20-step workload, E2B protocol (fetch)", res.E2BFetch, "")
-	row("20-step workload, native /v1 (fetch)", res.Native, "")
+	latencyRow("create -> first command, warm pool (E2B SDK)", res.CreateFirst, "p50 <= 20 ms")
+	latencyRow("20-step workload, E2B SDK", res.E2B, "")
+	latencyRow("20-step workload, E2B protocol (fetch)", res.E2BFetch, "")
+	latencyRow("20-step workload, native /v1 (fetch)", res.Native, "")
 	if len(res.AirlockSDK) > 0 {
-		row("20-step workload, airlock TypeScript SDK", res.AirlockSDK, "")
+		latencyRow("20-step workload, airlock TypeScript SDK", res.AirlockSDK, "")
 	}
 	// Each ratio twice: of the medians, and the median of the rounds' own
 	// ratios (the three workloads of a round run back to back, so a load

@@ -230,19 +230,11 @@ func runServe(args []string) int {
 
 	fmt.Printf("airlock serve benchmark: %d samples per latency row, %d CPUs, kernel %s\n\n", *n, goruntime.NumCPU(), kernel())
 	fmt.Printf("%-48s %10s %10s %10s %s\n", "", "median", "p95", "min", "target")
-	row := func(name string, xs []float64, target string) {
-		if len(xs) == 0 {
-			fmt.Printf("%-48s %10s\n", name, "n/a")
-			return
-		}
-		s := summarize(xs)
-		fmt.Printf("%-48s %10s %10s %10s %s\n", name, ms(s.Median), ms(s.P95), ms(s.Min), target)
-	}
-	row("create -> first exec, warm pool (SDK)", warm, "p50 <= 0.25x bwrap")
-	row("create -> first exec, cold (SDK)", cold, "p50 <= 2x bwrap")
-	row("exec round trip of true, running sandbox (SDK)", rtt, "p50 <= 0.2x bwrap")
-	row("reference: airlock run -- /bin/true (one-shot)", oneshot, "")
-	row("reference: bwrap --unshare-all /bin/true", bw, "")
+	latencyRow("create -> first exec, warm pool (SDK)", warm, "p50 <= 0.25x bwrap")
+	latencyRow("create -> first exec, cold (SDK)", cold, "p50 <= 2x bwrap")
+	latencyRow("exec round trip of true, running sandbox (SDK)", rtt, "p50 <= 0.2x bwrap")
+	latencyRow("reference: airlock run -- /bin/true (one-shot)", oneshot, "")
+	latencyRow("reference: bwrap --unshare-all /bin/true", bw, "")
 	fmt.Println()
 	cycle := func(xs []float64) string {
 		if len(xs) == 0 {
@@ -333,4 +325,15 @@ func agentsPss(stateDir string) float64 {
 		total += float64(meminfo(fmt.Sprintf("/proc/%d/smaps_rollup", st.Init), "Pss:"))
 	}
 	return total
+}
+
+// latencyRow prints one latency row of the serve benches' tables (under
+// their "median p95 min target" header): "n/a" without samples.
+func latencyRow(name string, xs []float64, target string) {
+	if len(xs) == 0 {
+		fmt.Printf("%-48s %10s\n", name, "n/a")
+		return
+	}
+	s := summarize(xs)
+	fmt.Printf("%-48s %10s %10s %10s %s\n", name, ms(s.Median), ms(s.P95), ms(s.Min), target)
 }

@@ -176,16 +176,12 @@ func gvisorServeRows(al string, n, idle int) {
 
 	fmt.Printf("\nairlock serve on gVisor (runsc %s, platform systrap): %d samples per latency row\n\n", gvisor.Version, n)
 	fmt.Printf("%-48s %10s %10s %10s %s\n", "", "median", "p95", "min", "target")
-	row := func(name string, xs []float64, target string) {
-		s := summarize(xs)
-		fmt.Printf("%-48s %10s %10s %10s %s\n", name, ms(s.Median), ms(s.P95), ms(s.Min), target)
-	}
-	row("gvisor: create -> first exec, warm pool (SDK)", warm, "p50 <= 5 ms")
-	row("  of which: create from the pool", warmCreate, "")
-	row("  of which: the first exec", warmFirst, "")
-	row("gvisor: create -> first exec, cold (SDK)", cold, "")
-	row("gvisor: exec round trip of true (SDK)", rtt, "")
-	row("reference: runsc exec <sandbox> /bin/true", runscRTT, "")
+	latencyRow("gvisor: create -> first exec, warm pool (SDK)", warm, "p50 <= 5 ms")
+	latencyRow("  of which: create from the pool", warmCreate, "")
+	latencyRow("  of which: the first exec", warmFirst, "")
+	latencyRow("gvisor: create -> first exec, cold (SDK)", cold, "")
+	latencyRow("gvisor: exec round trip of true (SDK)", rtt, "")
+	latencyRow("reference: runsc exec <sandbox> /bin/true", runscRTT, "")
 	fmt.Printf("\nratio (median): gvisor exec round trip / runsc exec = %.2f (target <= 0.5)\n", median(sorted(rtt))/median(sorted(runscRTT)))
 	fmt.Printf("memory per idle gvisor sandbox over %d sandboxes:\n", idle)
 	fmt.Printf("  host total (MemAvailable drop / n)           %8.2f MiB\n", float64(avail0-avail1)/float64(idle)/1024)
