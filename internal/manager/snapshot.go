@@ -36,11 +36,11 @@ import (
 // time whatever the workspace holds); otherwise it is a copy of the
 // volume's tree in <SnapshotDir>/<id>/workspace (owners, modes, times,
 // extended attributes; data by copy_file_range over data regions).
-// The copy-on-write layer over the root filesystem lives on a tmpfs that
-// only the sandbox's mount namespace reaches, and is not captured;
-// processes are not either. A sandbox made from a snapshot gets a clone of
-// its image, or a copy of its tree, as its own volume, so that forks never
-// share a writable byte.
+// The copy-on-write layer over the root filesystem is copied beside it
+// (snapshot_root.go); processes are not captured. A sandbox made from a
+// snapshot gets a clone of its image, or a copy of its tree, as its own
+// volume, and a copy of its root layer, so that forks never share a
+// writable byte.
 //
 // The store keeps one row per snapshot (store.Snapshot); files without a
 // row (a daemon killed during a copy or clone) or a row without files is
@@ -327,7 +327,7 @@ func (m *Manager) removeSnapshot(ctx context.Context, sn *store.Snapshot) error 
 	return nil
 }
 
-// CreateSnapshot snapshots a sandbox's workspace.
+// CreateSnapshot snapshots a sandbox's workspace and root layer.
 func (m *Manager) CreateSnapshot(ctx context.Context, id string, req *api.CreateSnapshotRequest) (api.Snapshot, error) {
 	if req.Name != "" && (!snapName(req.Name) || strings.HasPrefix(req.Name, "snap-")) {
 		return api.Snapshot{}, invalid("name %s: want 1-128 letters, digits, '.', '_' or '-', not starting with snap-", errdefs.Quote(req.Name))
@@ -521,14 +521,7 @@ func (m *Manager) fillFromSnapshot(sb *Sandbox, sn *store.Snapshot) error {
 	if _, err := m.st.GetSnapshot(context.Background(), "", sn.ID); err != nil {
 		return fmt.Errorf("from_snapshot %s: deleted meanwhile: %w", sn.ID, errdefs.ErrNotFound)
 	}
-	// A copied tree, or an image read through a read-only mount (a daemon
-	// that no longer clones: copy_on_write off).
-	src, done, err := m.mountSnapshot(sn)
-	if err != nil {
-		return fmt.Errorf("from_snapshot %s: %w", sn.ID, err)
-	}
-	defer done()
-	if _, err := workspace.CopyInto(src, ws); err != nil {
+	if err := m.copySnapshotInto(sn, ws, false); err != nil {
 		return fmt.Errorf("from_snapshot %s: %w", sn.ID, err)
 	}
 	return nil
@@ -694,16 +687,7 @@ func (m *Manager) Restore(ctx context.Context, id string, req *api.RestoreReques
 			if err := killAllButInit(rt.Info().CgroupPaths); err != nil {
 				return err
 			}
-			src, done, err := m.mountSnapshot(sn)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if err := workspace.EmptyDir(ws); err != nil {
-				return err
-			}
-			_, err = workspace.CopyInto(src, ws)
-			return err
+			return m.copySnapshotInto(sn, ws, true)
 		})
 	}
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/store"
+	"github.com/airlock-dev/airlock/internal/workspace"
 )
 
 // Copy-on-write snapshots (see snapshot.go).
@@ -71,6 +72,25 @@ func (m *Manager) cloneSnapshot(ctx context.Context, ws, sid string, extra int64
 	}
 	// ext4 keeps its first ten inodes (the root's among them) in use.
 	return used, int(max(inodes-10, 0)), nil
+}
+
+// copySnapshotInto copies snapshot sn's workspace into the volume at ws:
+// from its copied tree, or through a read-only mount of its image (a
+// daemon that no longer clones, a restore that keeps the runtime). With
+// replace the volume is emptied first, once the snapshot is readable.
+func (m *Manager) copySnapshotInto(sn *store.Snapshot, ws string, replace bool) error {
+	src, done, err := m.mountSnapshot(sn)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if replace {
+		if err := workspace.EmptyDir(ws); err != nil {
+			return err
+		}
+	}
+	_, err = workspace.CopyInto(src, ws)
+	return err
 }
 
 // mountSnapshot mounts snapshot sn's files read-only on a private

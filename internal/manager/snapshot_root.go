@@ -363,12 +363,7 @@ func (m *Manager) restoreRoot(ctx context.Context, sb *Sandbox, old runtime.Sand
 	m.watch(sb, rt)
 	ws, err := m.workspaceOf(sb, rt)
 	if err == nil && !cloned {
-		var src string
-		var done func()
-		if src, done, err = m.mountSnapshot(sn); err == nil {
-			_, err = workspace.CopyInto(src, ws)
-			done()
-		}
+		err = m.copySnapshotInto(sn, ws, false)
 	}
 	if err != nil {
 		return failed(fmt.Errorf("workspace: %w", err))
