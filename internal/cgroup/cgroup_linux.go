@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -520,6 +521,70 @@ func ThreadGone(tid int, timeout time.Duration) bool {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// ForkInThread runs fork on a locked OS thread that has moved alone into
+// c (EnterThread), and moves the thread back right after, so that what
+// fork starts is born in c without any process being moved (a move waits
+// for an RCU grace period on v1). With c nil, fork runs on a locked thread
+// that stays where it is. fork reports whether its thread may run other
+// goroutines afterwards (false: it changed the thread, e.g. credentials it
+// could not restore). A thread that cannot be moved back is never reused:
+// its goroutine ends locked to it, and ForkInThread waits (10 s at most)
+// for the thread to be gone, so that this process is no member of c when
+// it returns. enterErr says the thread could not move in (fork did not
+// run); leaveErr that it could not move back, or did not end then.
+// Go starts new OS threads from a template thread while a goroutine is
+// locked, never from this one, so nothing but fork runs on the thread
+// while it is in c; and it is never the main thread, which Go does not end.
+func ForkInThread(c *Cgroup, fork func() (reusable bool)) (enterErr, leaveErr error) {
+	type result struct {
+		enter, leave error
+		tid          int
+		stuck        bool // the thread is left in c and ends
+	}
+	ch := make(chan result, 1)
+	var onThread func()
+	onThread = func() {
+		runtime.LockOSThread()
+		tid := unix.Gettid()
+		if tid == unix.Getpid() {
+			// The main thread, which Go never ends: a thread that may
+			// have to end cannot be this one. It stays locked here while
+			// another goroutine, on another thread therefore, does it.
+			done := make(chan struct{})
+			go func() { defer close(done); onThread() }()
+			<-done
+			runtime.UnlockOSThread()
+			return
+		}
+		leave := func() error { return nil }
+		if c != nil {
+			l, err := c.EnterThread()
+			if err != nil {
+				stuck := errors.Is(err, ErrThreadStuck)
+				if !stuck {
+					runtime.UnlockOSThread()
+				}
+				ch <- result{enter: err, tid: tid, stuck: stuck}
+				return
+			}
+			leave = l
+		}
+		reusable := fork()
+		lerr := leave()
+		if reusable && lerr == nil {
+			runtime.UnlockOSThread()
+		}
+		// else: the goroutine ends locked, and the thread with it.
+		ch <- result{leave: lerr, tid: tid, stuck: lerr != nil}
+	}
+	go onThread()
+	res := <-ch
+	if res.stuck && !ThreadGone(res.tid, 10*time.Second) {
+		return res.enter, fmt.Errorf("thread %d did not end after it failed to leave the sandbox's cgroup: %w", res.tid, errors.Join(res.enter, res.leave))
+	}
+	return res.enter, res.leave
 }
 
 // Procs lists the processes in the cgroup and its descendants (the union

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestEnterThread: a process forked from a thread that entered the cgroup
@@ -120,5 +122,45 @@ func TestEnterThread(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the child outlived Kill")
+	}
+}
+
+// TestForkInThread: what the function forks starts in the cgroup, this
+// process is not a member afterwards, and a thread the function says is not
+// reusable ends; with no cgroup the child starts where this process is.
+func TestForkInThread(t *testing.T) {
+	lo := needCgroups(t)
+	if lo.version() != V1 {
+		t.Skip("ForkInThread moves a thread on cgroup v1 only (v2 clones into the cgroup)")
+	}
+	cg := newT(t, "", testTop(t, lo)+"/forkin", Limits{Memory: 256 << 20, Pids: 64})
+	start := func(c *Cgroup, reusable bool) (*exec.Cmd, int) {
+		t.Helper()
+		cmd := exec.Command("sleep", "60")
+		var tid int
+		var serr error
+		enterErr, leaveErr := ForkInThread(c, func() bool {
+			tid = unix.Gettid()
+			serr = cmd.Start()
+			return reusable
+		})
+		if enterErr != nil || leaveErr != nil || serr != nil {
+			t.Fatalf("enter %v, leave %v, start %v", enterErr, leaveErr, serr)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd, tid
+	}
+	cmd, _ := start(cg, true)
+	if procs, err := cg.Procs(); err != nil || !slices.Equal(procs, []int{cmd.Process.Pid}) {
+		t.Errorf("Procs = %v %v: want only the child %d (this process not a member)", procs, err, cmd.Process.Pid)
+	}
+	_, tid := start(cg, false)
+	if !ThreadGone(tid, 10*time.Second) {
+		t.Errorf("thread %d (process %d), not reusable, still runs", tid, os.Getpid())
+	}
+	// The control: without a cgroup the child is not in cg.
+	free, _ := start(nil, true)
+	if procs, _ := cg.Procs(); slices.Contains(procs, free.Process.Pid) {
+		t.Errorf("a child started with no cgroup is in the sandbox's: %v", procs)
 	}
 }

@@ -28,11 +28,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/internal/cgroup"
 	"github.com/airlock-dev/airlock/internal/runtime"
@@ -119,52 +116,22 @@ func startIn(cg *cgroup.Cgroup, cmd *exec.Cmd) error {
 		cmd.SysProcAttr.CgroupFD = fd
 		return cmd.Start()
 	}
-	type result struct {
-		enterErr error // the thread could not enter the cgroup
-		startErr error // cmd.Start
-		leaveErr error // the thread could not leave it again
-		tid      int
-		stuck    bool // the thread is left in the cgroup and ends
-	}
-	ch := make(chan result, 1)
-	go func() {
-		// Go starts new OS threads from a template thread while a
-		// goroutine is locked, never from this one, so nothing but the
-		// fork below happens on the thread while it is in the cgroup.
-		goruntime.LockOSThread()
-		tid := unix.Gettid()
-		leave, err := cg.EnterThread()
-		if err != nil {
-			stuck := errors.Is(err, cgroup.ErrThreadStuck)
-			if !stuck {
-				goruntime.UnlockOSThread()
-			}
-			ch <- result{enterErr: err, tid: tid, stuck: stuck}
-			return
-		}
-		serr := cmd.Start()
-		lerr := leave()
-		if lerr == nil {
-			goruntime.UnlockOSThread()
-		}
-		// else: the goroutine ends locked, and the thread with it.
-		ch <- result{startErr: serr, leaveErr: lerr, tid: tid, stuck: lerr != nil}
-	}()
-	res := <-ch
-	if res.stuck && res.startErr == nil && res.enterErr == nil {
-		// runsc started, but the thread that forked it ends (runsc's
+	var startErr error
+	enterErr, leaveErr := cgroup.ForkInThread(cg, func() bool {
+		startErr = cmd.Start()
+		return true
+	})
+	if leaveErr != nil && startErr == nil && enterErr == nil {
+		// runsc started, but the thread that forked it ended (runsc's
 		// Pdeathsig may fire): it must not run on in any case.
 		cmd.Process.Kill()
 		cmd.Wait()
 	}
-	if res.stuck && !cgroup.ThreadGone(res.tid, 10*time.Second) {
-		return &native.LayerError{Layer: cgroupLayer, Err: fmt.Errorf("thread %d did not end after it failed to leave the sandbox's cgroup: %v", res.tid, errors.Join(res.enterErr, res.leaveErr))}
-	}
 	switch {
-	case res.enterErr != nil:
-		return &native.LayerError{Layer: cgroupLayer, Err: fmt.Errorf("enter the sandbox's cgroup to start runsc in it: %w", res.enterErr)}
-	case res.leaveErr != nil:
-		return &native.LayerError{Layer: cgroupLayer, Err: fmt.Errorf("move the thread that started runsc out of the sandbox's cgroup: %w", res.leaveErr)}
+	case leaveErr != nil:
+		return &native.LayerError{Layer: cgroupLayer, Err: fmt.Errorf("move the thread that started runsc out of the sandbox's cgroup: %w", leaveErr)}
+	case enterErr != nil:
+		return &native.LayerError{Layer: cgroupLayer, Err: fmt.Errorf("enter the sandbox's cgroup to start runsc in it: %w", enterErr)}
 	}
-	return res.startErr
+	return startErr
 }

@@ -1,13 +1,11 @@
 package native
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	goruntime "runtime"
 	"sync"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -49,48 +47,22 @@ const secbitNoSetuidFixup = 1 << 2
 // reused (its goroutine ends locked to it). Credentials are per thread in
 // the kernel, and the raw system calls here change only this one.
 func forkOwned(exe string, argv []string, attr *syscall.ProcAttr, uid, gid int, cg *cgroup.Cgroup) (int, error) {
-	type result struct {
-		pid   int
-		err   error
-		tid   int  // the thread that forked
-		stuck bool // it could not leave the cgroup and ends
+	// On cgroup v1 the init is forked from a thread inside its cgroup, so
+	// it starts there (as CLONE_INTO_CGROUP does on v2).
+	var pid int
+	var err error
+	enterErr, leaveErr := cgroup.ForkInThread(cg, func() bool {
+		var restored bool
+		pid, restored, err = forkOwnedLocked(exe, argv, attr, uid, gid)
+		return restored
+	})
+	switch {
+	case enterErr != nil && leaveErr == nil:
+		return 0, &LayerError{Layer: layerCgroups, Err: enterErr, Fix: "check cgroup permissions, or pass --insecure-no-cgroups"}
+	case leaveErr != nil && err == nil:
+		err = &LayerError{Layer: layerCgroups, Err: fmt.Errorf("move the forking thread out of the sandbox's cgroup: %w", leaveErr)}
 	}
-	ch := make(chan result, 1)
-	go func() {
-		goruntime.LockOSThread()
-		tid := unix.Gettid()
-		leave := func() error { return nil }
-		if cg != nil {
-			// On cgroup v1 the init is forked from a thread inside its
-			// cgroup, so it starts there (as CLONE_INTO_CGROUP does on v2).
-			l, err := cg.EnterThread()
-			if err != nil {
-				stuck := errors.Is(err, cgroup.ErrThreadStuck)
-				if !stuck {
-					goruntime.UnlockOSThread()
-				}
-				ch <- result{err: &LayerError{Layer: layerCgroups, Err: err, Fix: "check cgroup permissions, or pass --insecure-no-cgroups"}, tid: tid, stuck: stuck}
-				return
-			}
-			leave = l
-		}
-		pid, restored, err := forkOwnedLocked(exe, argv, attr, uid, gid)
-		lerr := leave()
-		if restored && lerr == nil {
-			goruntime.UnlockOSThread()
-		}
-		if lerr != nil && err == nil {
-			err = &LayerError{Layer: layerCgroups, Err: fmt.Errorf("move the forking thread out of the sandbox's cgroup: %w", lerr)}
-		}
-		ch <- result{pid, err, tid, lerr != nil}
-	}()
-	res := <-ch
-	if res.stuck && !cgroup.ThreadGone(res.tid, 10*time.Second) {
-		// This process is still a member of the sandbox's cgroup (Kill
-		// spares it, but the cgroup cannot be removed until it leaves).
-		return 0, fmt.Errorf("thread %d did not end after it failed to leave the sandbox's cgroup: %w", res.tid, res.err)
-	}
-	return res.pid, res.err
+	return pid, err
 }
 
 func forkOwnedLocked(exe string, argv []string, attr *syscall.ProcAttr, uid, gid int) (pid int, restored bool, err error) {
