@@ -23,7 +23,14 @@ import (
 // each sandbox is simulated by writing marks in others).
 func TestPoolAcquisition(t *testing.T) {
 	const n = 50
-	d := startDaemon(t, fmt.Sprintf("max_sandboxes: 120\npools:\n  - policy: default\n    size: %d\n", n))
+	// Small volumes: 100 sandboxes of the default 1 GiB would need that
+	// much free space on the test host's disk (the daemon promises each
+	// volume its size).
+	pol := filepath.Join(t.TempDir(), "small.yaml")
+	if err := os.WriteFile(pol, []byte("resources:\n  disk: 64M\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, fmt.Sprintf("max_sandboxes: 120\npolicies:\n  default: %s\npools:\n  - policy: default\n    size: %d\n", pol, n))
 	eventually(t, 2*time.Minute, "a full pool", func() bool {
 		return d.metric(t, `airlock_pool_ready{image="",policy="default"}`) == n
 	})
