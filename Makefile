@@ -6,15 +6,19 @@ GO ?= go
 
 # airlock embeds the sandbox init (cmd/airlock-init, internal/initbin): a
 # small program that links only the sandbox code, started as every sandbox's
-# PID 1. Both get one random build id, so an airlock never starts another
-# build's init. A plain `go build ./cmd/airlock` works too (no embedded init:
-# it re-executes itself, slower).
+# PID 1. bin/airlock is the lean build (tag airlock_lean): it links neither
+# the daemon nor its dependencies and embeds the complete program
+# (internal/fullbin, itself embedding the init), which it executes for serve,
+# mcp and doctor. All three get one random build id, so an airlock never
+# starts another build's init. A plain `go build ./cmd/airlock` works too: the
+# complete program without an embedded init (it re-executes itself, slower).
 BUILD_ID := $(shell od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
 LDFLAGS := -X github.com/airlock-dev/airlock/internal/initbin.BuildID=$(BUILD_ID)
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o internal/initbin/airlock-init ./cmd/airlock-init
-	$(GO) build -trimpath -tags airlock_init -ldflags '$(LDFLAGS)' -o bin/airlock ./cmd/airlock
+	$(GO) build -trimpath -tags airlock_init -ldflags '$(LDFLAGS)' -o internal/fullbin/airlock-full ./cmd/airlock
+	$(GO) build -trimpath -tags airlock_init,airlock_lean -ldflags '$(LDFLAGS)' -o bin/airlock ./cmd/airlock
 
 # gVisor's runsc at the pinned version, for `--runtime gvisor` and for the
 # conformance table that `make test` runs on every installed backend.

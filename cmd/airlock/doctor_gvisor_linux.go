@@ -1,3 +1,5 @@
+//go:build !airlock_lean
+
 package main
 
 import (

@@ -1,3 +1,5 @@
+//go:build !airlock_lean
+
 package main
 
 import (
@@ -37,7 +39,7 @@ func newDoctorCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "doctor",
-		Short: "Report the isolation layers this host can give and run a self-test sandbox",
+		Short: doctorShort,
 		Long: `Report each isolation layer on this host and run a self-test sandbox that tries
 to read a canary file outside it and to write outside its workspace (both must
 fail) next to controls that must succeed. Exits 1 when the host cannot give

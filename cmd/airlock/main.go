@@ -14,6 +14,13 @@ import (
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 )
 
+// The commands that need the daemon's dependencies (see daemonCommands).
+const (
+	serveShort  = "Run the sandbox service (HTTP API on a unix socket, optionally TCP)"
+	mcpShort    = "Serve sandboxes as tools over the Model Context Protocol (stdio, or HTTP with --listen)"
+	doctorShort = "Report the isolation layers this host can give and run a self-test sandbox"
+)
+
 // exitError carries an exit code out of a command without printing.
 type exitError struct{ code int }
 
@@ -56,12 +63,11 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newDoctorCmd(), newCreateCmd(), newLsCmd(), newExecCmd(), newCpCmd(), newLogsCmd(), newPauseCmd(), newResumeCmd(), newRmCmd(), newNetCmd(), newEventsCmd(), newKeysCmd(), newPortCmd(), newReviewCmd())
+	root.AddCommand(newRunCmd(), newCreateCmd(), newLsCmd(), newExecCmd(), newCpCmd(), newLogsCmd(), newPauseCmd(), newResumeCmd(), newRmCmd(), newNetCmd(), newEventsCmd(), newKeysCmd(), newPortCmd(), newReviewCmd())
 	root.AddCommand(newCheckpointCmd())
 	root.AddCommand(newSnapshotCmd(), newSnapshotsCmd(), newForkCmd(), newRestoreCmd(), newDiffCmd())
 	root.AddCommand(newPolicyCmd())
-	root.AddCommand(newServeCmd())
-	root.AddCommand(newMCPCmd())
+	root.AddCommand(daemonCommands()...)
 	if err := root.Execute(); err != nil {
 		var ee exitError
 		if errors.As(err, &ee) {

@@ -1,3 +1,5 @@
+//go:build !airlock_lean
+
 package main
 
 import (
@@ -17,7 +19,7 @@ func newMCPCmd() *cobra.Command {
 	var logLevel string
 	cmd := &cobra.Command{
 		Use:   "mcp",
-		Short: "Serve sandboxes as tools over the Model Context Protocol (stdio, or HTTP with --listen)",
+		Short: mcpShort,
 		Long: `Serve airlock sandboxes as MCP tools: create_sandbox, list_sandboxes,
 destroy_sandbox, run_command, start_command, read_output, write_stdin,
 stop_command, read_file, write_file, list_files, network_audit.

@@ -1,3 +1,5 @@
+//go:build !airlock_lean
+
 package main
 
 import (
@@ -12,7 +14,7 @@ func newServeCmd() *cobra.Command {
 	var configFile, socket, listen, dataDir, logFormat, logLevel string
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run the sandbox service (HTTP API on a unix socket, optionally TCP)",
+		Short: serveShort,
 		Long: `Run the sandbox service: agents create sandboxes, run commands, move files
 and destroy them over the HTTP API (/v1, described at /v1/openapi.json).
 

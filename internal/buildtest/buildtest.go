@@ -1,7 +1,8 @@
 // Package buildtest builds the airlock binary for tests and benchmarks the
-// way `make build` does: the sandbox init (cmd/airlock-init) first, embedded
-// into airlock through a build overlay, so the source tree is not written
-// and concurrent builds do not race on the embedded file.
+// way `make build` does: the sandbox init (cmd/airlock-init) first, then the
+// complete program embedding it, then the lean airlock embedding both, all
+// through a build overlay, so the source tree is not written and concurrent
+// builds do not race on the embedded files.
 package buildtest
 
 import (
@@ -15,7 +16,8 @@ import (
 	"strings"
 )
 
-// Airlock builds airlock (with its init embedded) at out. It must run inside
+// Airlock builds the lean airlock (with its init and the complete program
+// embedded) at out. It must run inside
 // the module (any directory of it).
 func Airlock(out string) error {
 	gomod, err := exec.Command("go", "env", "GOMOD").Output()
@@ -35,17 +37,28 @@ func Airlock(out string) error {
 	if err := goBuild(root, "-ldflags", ldflags, "-o", initBin, "./cmd/airlock-init"); err != nil {
 		return err
 	}
-	overlay, err := json.Marshal(map[string]map[string]string{
-		"Replace": {filepath.Join(root, "internal", "initbin", "airlock-init"): initBin},
-	})
+	fullBin := filepath.Join(tmp, "airlock-full")
+	overlayFile := filepath.Join(tmp, "overlay.json")
+	if err := writeOverlay(overlayFile, map[string]string{
+		filepath.Join(root, "internal", "initbin", "airlock-init"): initBin,
+		filepath.Join(root, "internal", "fullbin", "airlock-full"): fullBin,
+	}); err != nil {
+		return err
+	}
+	if err := goBuild(root, "-tags", "airlock_init", "-overlay", overlayFile, "-ldflags", ldflags, "-o", fullBin, "./cmd/airlock"); err != nil {
+		return err
+	}
+	return goBuild(root, "-tags", "airlock_init,airlock_lean", "-overlay", overlayFile, "-ldflags", ldflags, "-o", out, "./cmd/airlock")
+}
+
+// writeOverlay writes a `go build -overlay` file that puts each built
+// program where its package embeds it from, without writing the source tree.
+func writeOverlay(path string, replace map[string]string) error {
+	b, err := json.Marshal(map[string]map[string]string{"Replace": replace})
 	if err != nil {
 		return err
 	}
-	overlayFile := filepath.Join(tmp, "overlay.json")
-	if err := os.WriteFile(overlayFile, overlay, 0o644); err != nil {
-		return err
-	}
-	return goBuild(root, "-tags", "airlock_init", "-overlay", overlayFile, "-ldflags", ldflags, "-o", out, "./cmd/airlock")
+	return os.WriteFile(path, b, 0o644)
 }
 
 func goBuild(dir string, args ...string) error {

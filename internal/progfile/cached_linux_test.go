@@ -1,4 +1,4 @@
-package native
+package progfile
 
 import (
 	"bytes"
@@ -9,13 +9,14 @@ import (
 	"time"
 )
 
-// TestCachedInit: the init program is written once per build into root's
-// directory, read-only, and reused; a copy or a directory that someone
-// else could write is refused (the caller then uses a memfd); old builds'
-// copies are removed after a minute, and never the one in use.
-func TestCachedInit(t *testing.T) {
+// TestCached: a program is written once per build into root's directory,
+// read-only, and reused; a copy or a directory that someone else could
+// write is refused (the caller then uses a memfd); old builds' copies of the
+// same program are removed after a minute, never the one in use, and never
+// another program's.
+func TestCached(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the init cache is root's")
+		t.Skip("the program cache is root's")
 	}
 	bin := bytes.Repeat([]byte("init"), 5000)
 	top := t.TempDir() // root's, 0700
@@ -30,18 +31,20 @@ func TestCachedInit(t *testing.T) {
 
 	stale := filepath.Join(dir, "airlock-init-0ld")
 	recent := filepath.Join(dir, "airlock-init-r3cent")
+	other := filepath.Join(dir, "airlock-full-0ld")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{stale, recent} {
+	for _, p := range []string{stale, recent, other} {
 		if err := os.WriteFile(p, []byte("x"), 0o555); err != nil {
 			t.Fatal(err)
 		}
 	}
 	old := time.Now().Add(-time.Hour)
 	os.Chtimes(stale, old, old)
+	os.Chtimes(other, old, old)
 
-	f, err := cachedInit(dir, "b1", bin)
+	f, err := Cached(dir, "airlock-init", "b1", bin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +63,10 @@ func TestCachedInit(t *testing.T) {
 	if _, err := os.Stat(recent); err != nil {
 		t.Errorf("a recent build's copy was removed: %v", err)
 	}
-	f2, err := cachedInit(dir, "b1", bin)
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("another program's copy was removed: %v", err)
+	}
+	f2, err := Cached(dir, "airlock-init", "b1", bin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,28 +79,28 @@ func TestCachedInit(t *testing.T) {
 	if err := os.Chmod(f.Name(), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if g, err := cachedInit(dir, "b1", bin); err == nil {
+	if g, err := Cached(dir, "airlock-init", "b1", bin); err == nil {
 		g.Close()
 		t.Errorf("a copy its owner can write was used")
 	}
 	os.Chmod(f.Name(), 0o555)
-	if g, err := cachedInit(dir, "b1", bin[:100]); err == nil {
+	if g, err := Cached(dir, "airlock-init", "b1", bin[:100]); err == nil {
 		g.Close()
 		t.Errorf("a copy of another size was used")
 	}
 	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if g, err := cachedInit(dir, "b1", bin); err == nil {
+	if g, err := Cached(dir, "airlock-init", "b1", bin); err == nil {
 		g.Close()
 		t.Errorf("a directory anyone can write was used")
 	}
 	os.Chmod(dir, 0o700)
-	if g, err := cachedInit(dir, "../b1", bin); err == nil {
+	if g, err := Cached(dir, "airlock-init", "../b1", bin); err == nil {
 		g.Close()
 		t.Errorf("a build id with a path in it was used")
 	}
-	if g, err := cachedInit(dir, "b1", bin); err != nil {
+	if g, err := Cached(dir, "airlock-init", "b1", bin); err != nil {
 		t.Errorf("the control after the refusals: %v", err)
 	} else {
 		g.Close()

@@ -1,0 +1,5 @@
+//go:build !airlock_lean
+
+package fullbin
+
+var bin []byte
