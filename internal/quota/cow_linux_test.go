@@ -324,3 +324,74 @@ func TestPoolThawAtOpen(t *testing.T) {
 		t.Fatal("the write still waits after Open: the volume was not thawed")
 	}
 }
+
+// TestPoolBlankClone: with reflinks, a new volume is a clone of one blank
+// filesystem per size (made at the first volume of that size) instead of
+// a fresh mkfs: its image shares its blocks with the blank, its root
+// belongs to the owner asked for, it is empty and writable, and two
+// volumes do not see each other's files. The control: copy_on_write off
+// makes no blank, and its volumes have the same owner and contents.
+func TestPoolBlankClone(t *testing.T) {
+	vs, pool := openPool(t)
+	const size = 64 << 20
+	blank := filepath.Join(vs.Dir(), blankDir, "ext4-67108864.img")
+	check := func(vs *Volumes, name string, uid int) *Volume {
+		t.Helper()
+		v, err := vs.Create(name, size, uid, uid+1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { v.Remove() })
+		var st unix.Stat_t
+		if err := unix.Stat(v.Path, &st); err != nil || int(st.Uid) != uid || int(st.Gid) != uid+1 || st.Mode&0o777 != 0o755 {
+			t.Fatalf("%s: root %d:%d mode %o (%v), want %d:%d 755", name, st.Uid, st.Gid, st.Mode&0o777, err, uid, uid+1)
+		}
+		if ents, err := os.ReadDir(v.Path); err != nil || len(ents) != 0 {
+			t.Fatalf("%s: a new volume holds %v (%v), want nothing", name, ents, err)
+		}
+		if err := os.WriteFile(filepath.Join(v.Path, "f"), []byte(name), 0o644); err != nil {
+			t.Fatalf("%s: write: %v", name, err)
+		}
+		return v
+	}
+	a := check(vs, "a", 100000)
+	if _, err := os.Stat(blank); err != nil {
+		t.Fatalf("no blank after the first volume: %v", err)
+	}
+	b := check(vs, "b", 200000)
+	if got, _ := os.ReadFile(filepath.Join(a.Path, "f")); string(got) != "a" {
+		t.Errorf("volume a holds %q after b was written, want \"a\"", got)
+	}
+	// A clone's image starts with every block shared: what it holds
+	// exclusively is (almost) only what was written since.
+	img, err := os.Stat(b.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Sync()
+	excl, err := exclusiveBytes(b.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bst unix.Stat_t
+	unix.Stat(blank, &bst)
+	if held := bst.Blocks * 512; held == 0 || excl >= held {
+		t.Errorf("volume b holds %d bytes of its own of a %d-byte image, the blank %d: want a clone sharing the blank's blocks", excl, img.Size(), held)
+	}
+
+	off, err := OpenWith(filepath.Join(t.TempDir(), "off"), Options{CopyOnWrite: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(off, "c", 300000)
+	if _, err := os.Stat(filepath.Join(off.Dir(), blankDir)); !os.IsNotExist(err) {
+		t.Errorf("copy_on_write off made a blank: %v", err)
+	}
+	// A daemon's start removes the blanks of the one before.
+	if _, err := OpenWith(vs.Dir(), Options{Pool: pool}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(blank); !os.IsNotExist(err) {
+		t.Errorf("the blank survived a new Open: %v", err)
+	}
+}
