@@ -197,6 +197,9 @@ func (sb *sandbox) pollInit() {
 	sb.pidfdMu.Lock()
 	fd := sb.initPidFD
 	sb.pidfdMu.Unlock()
+	if pidfdExited(fd) == nil {
+		return
+	}
 	// A private duplicate: closePidFD may close the shared one meanwhile.
 	dup, err := unix.Dup(fd)
 	if err != nil {

@@ -282,8 +282,16 @@ func (sb *sandbox) closePidFD() {
 }
 
 // waitInit reaps the init (its pidfd stays open until Destroy, so a late
-// killInit cannot reach another process).
+// killInit cannot reach another process). It waits for the exit through the
+// runtime's poller (pidfdExited) and reaps only then: a blocking wait4 held
+// an OS thread per sandbox for the sandbox's life (a daemon with 500
+// sandboxes had 500 threads more), and a processor in a syscall that the
+// Go scheduler kept polling.
 func (sb *sandbox) waitInit() {
+	sb.pidfdMu.Lock()
+	fd := sb.initPidFD
+	sb.pidfdMu.Unlock()
+	pidfdExited(fd) // on failure, the blocking wait4 below waits instead
 	var ws unix.WaitStatus
 	for {
 		_, err := unix.Wait4(sb.initPid, &ws, 0, nil)
@@ -292,6 +300,40 @@ func (sb *sandbox) waitInit() {
 		}
 	}
 	close(sb.exited)
+}
+
+// pidfdExited returns once the process of pidfd fd has exited (the pidfd
+// polls readable), parking only the calling goroutine: it waits on a
+// non-blocking duplicate of fd in the runtime's poller. It returns an error
+// without waiting when that cannot be done (the caller then blocks in a
+// system call).
+func pidfdExited(fd int) error {
+	if fd < 0 {
+		return errors.New("no pidfd")
+	}
+	// A private duplicate, made non-blocking: closePidFD may close the
+	// shared one meanwhile. The flag is the open file's, so the shared
+	// one turns non-blocking too, which nothing here depends on: it is
+	// only signalled (pidfd_send_signal) and duplicated (pidfd_getfd).
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	if err := unix.SetNonblock(dup, true); err != nil {
+		unix.Close(dup)
+		return err
+	}
+	f := os.NewFile(uintptr(dup), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return rc.Read(func(fd uintptr) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		return err == nil && n > 0
+	})
 }
 
 // Destroy implements runtime.Sandbox.
