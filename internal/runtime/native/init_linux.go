@@ -55,6 +55,10 @@ func InitMain() {
 		os.Exit(121)
 	}
 	conn := agent.NewConn(os.NewFile(controlFD, "control"))
+	// The first message this init sends (ready, or the error) builds
+	// encoding/json's encoders of the channel's messages (about 0.2 ms):
+	// built meanwhile, while the setup is on its way and applied.
+	go json.Marshal(&agent.Message{})
 	ready, listener, err := initSandbox(conn)
 	if err != nil {
 		layer := layerNamespaces
