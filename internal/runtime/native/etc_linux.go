@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 )
 
 // etcCopied are the host /etc entries a sandbox gets copies of: what the
@@ -36,7 +38,7 @@ var etcGenerated = map[string]string{
 // every sandbox's /etc overlay. Copying the entries for every sandbox cost
 // more than all the mounts together.
 func etcCache(stateRoot string) (string, error) {
-	dir := filepath.Join(stateRoot, "cache", "etc-"+etcKey())
+	dir := filepath.Join(stateRoot, "cache", "etc-"+etcKey(filepath.Join(stateRoot, "cache")))
 	if _, err := os.Stat(dir); err == nil {
 		return dir, nil
 	}
@@ -63,30 +65,26 @@ func etcCache(stateRoot string) (string, error) {
 // managers and update-ca-certificates do, changes its directory's time).
 // Deeper in-place edits are not seen until one of those changes; `airlock
 // doctor` and a reboot (the cache lives on /run) rebuild it anyway.
-func etcKey() string {
+//
+// Which directories lie below the entries is read once per state of the
+// entries themselves and kept in cacheDir (etcSubdirs): a directory added
+// or removed there changes its parent's time, so that state's list stays
+// right, and the key costs a stat per name instead of reading every
+// directory (/etc/alternatives holds hundreds of names) at every start.
+func etcKey(cacheDir string) string { return etcKeyAt("/etc", cacheDir) }
+
+// etcKeyAt is etcKey for the entries in etc.
+func etcKeyAt(etc, cacheDir string) string {
 	h := fnv.New64a()
-	var walk func(p string, depth int)
-	walk = func(p string, depth int) {
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return
-		}
-		fmt.Fprintf(h, "%s %d %d %v\n", p, fi.Size(), fi.ModTime().UnixNano(), fi.Mode())
-		if !fi.IsDir() || depth >= 1 {
-			return
-		}
-		entries, err := os.ReadDir(p)
-		if err != nil {
-			return
-		}
-		for _, e := range entries {
-			if e.IsDir() {
-				walk(filepath.Join(p, e.Name()), depth+1)
-			}
+	var dirs []string
+	for _, name := range etcCopied {
+		p := filepath.Join(etc, name)
+		if fi, ok := etcStat(h, p); ok && fi.IsDir() {
+			dirs = append(dirs, p)
 		}
 	}
-	for _, name := range etcCopied {
-		walk(filepath.Join("/etc", name), 0)
+	for _, p := range etcSubdirs(cacheDir, fmt.Sprintf("%016x", h.Sum64()), dirs) {
+		etcStat(h, p)
 	}
 	names := make([]string, 0, len(etcGenerated))
 	for k := range etcGenerated {
@@ -97,6 +95,47 @@ func etcKey() string {
 		fmt.Fprintf(h, "%s=%s\n", k, etcGenerated[k])
 	}
 	return fmt.Sprintf("%016x", h.Sum64())
+}
+
+// etcStat adds p's name, size, time and mode to h.
+func etcStat(h io.Writer, p string) (fs.FileInfo, bool) {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil, false
+	}
+	fmt.Fprintf(h, "%s %d %d %v\n", p, fi.Size(), fi.ModTime().UnixNano(), fi.Mode())
+	return fi, true
+}
+
+// etcSubdirs lists the directories directly below dirs, from the list kept
+// in cacheDir for this state of the entries (key), or read and kept there.
+func etcSubdirs(cacheDir, key string, dirs []string) []string {
+	list := filepath.Join(cacheDir, "etc-subdirs-"+key)
+	if b, err := os.ReadFile(list); err == nil {
+		if len(b) == 0 {
+			return nil
+		}
+		return strings.Split(string(b), "\x00")
+	}
+	var subs []string
+	for _, d := range dirs {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				subs = append(subs, filepath.Join(d, e.Name()))
+			}
+		}
+	}
+	if err := os.MkdirAll(cacheDir, 0o711); err == nil {
+		tmp := list + ".tmp-" + newID()
+		if os.WriteFile(tmp, []byte(strings.Join(subs, "\x00")), 0o644) != nil || os.Rename(tmp, list) != nil {
+			os.Remove(tmp)
+		}
+	}
+	return subs
 }
 
 // makeEtc builds the sandbox's minimal /etc at dst from copies of selected
