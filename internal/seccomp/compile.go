@@ -165,7 +165,8 @@ func (p *Profile) resolve(a *archInfo) (map[int]leaf, error) {
 	for _, n := range forbidden {
 		forb[n] = true
 	}
-	where := map[string]string{}
+	n := len(p.Allow) + len(p.Rules) + len(p.Denied)
+	where := make(map[string]string, n)
 	lookup := func(name, kind string) (int, error) {
 		nr, ok := a.syscalls()[name]
 		switch {
@@ -181,7 +182,7 @@ func (p *Profile) resolve(a *archInfo) (map[int]leaf, error) {
 		where[name] = kind
 		return nr, nil
 	}
-	leaves := map[int]leaf{}
+	leaves := make(map[int]leaf, n)
 	for _, name := range p.Allow {
 		nr, err := lookup(name, "allow")
 		if err != nil {

@@ -282,7 +282,7 @@ func defaultFor(goarch string) *Profile {
 		_, ok := a.syscalls()[name]
 		return ok
 	}
-	p := &Profile{Allow: []string{}, Rules: []Rule{}, Denied: []string{}}
+	p := &Profile{Allow: make([]string, 0, len(defaultAllow)), Rules: []Rule{}, Denied: make([]string, 0, len(forbidden))}
 	for _, n := range defaultAllow {
 		if has(n) {
 			p.Allow = append(p.Allow, n)
