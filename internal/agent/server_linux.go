@@ -309,8 +309,8 @@ func (s *Server) exec(req *ExecRequest, files []*os.File) {
 			bufs[0].hold(startHold, 0, now)
 			bufs[1].hold(startHold, 0, now)
 		}
-		defer closeAll(stdio)
-		attr.Files = []uintptr{stdio[0].Fd(), stdio[1].Fd(), stdio[2].Fd()}
+		defer closeFDs(stdio)
+		attr.Files = []uintptr{uintptr(stdio[0]), uintptr(stdio[1]), uintptr(stdio[2])}
 		queue := make(chan *Stdin, 64)
 		go s.stdinWriter(stdinW, queue)
 		s.mu.Lock()
@@ -412,20 +412,21 @@ func (s *Server) reap() {
 	}
 }
 
-// capture makes the stdio of a captured process: /dev/null and two pipes
-// whose read ends feed output buffers. It returns the child's ends (the
-// caller closes them once the child has them) and the buffers.
-func (s *Server) capture() ([]*os.File, [2]*outputBuffer, *os.File, error) {
+// capture makes the stdio of a captured process: three pipes, whose
+// read ends of stdout and stderr feed output buffers and whose write end of
+// stdin is the agent's. It returns the child's ends (the caller closes them
+// once the child has them), the buffers and the stdin writer.
+func (s *Server) capture() ([]int, [2]*outputBuffer, *os.File, error) {
 	var bufs [2]*outputBuffer
-	stdinR, stdinW, err := os.Pipe()
+	stdinR, stdinW, err := childPipe(0)
 	if err != nil {
 		return nil, bufs, nil, err
 	}
-	child := []*os.File{stdinR}
+	child := []int{stdinR}
 	for i := range bufs {
-		r, w, err := os.Pipe()
+		w, r, err := childPipe(1)
 		if err != nil {
-			closeAll(child)
+			closeFDs(child)
 			stdinW.Close()
 			return nil, bufs, nil, err
 		}
@@ -437,6 +438,32 @@ func (s *Server) capture() ([]*os.File, [2]*outputBuffer, *os.File, error) {
 		}(r, bufs[i])
 	}
 	return child, bufs, stdinW, nil
+}
+
+// childPipe makes a pipe of which the child gets end childEnd (0 read, 1
+// write) as a plain blocking descriptor, and the agent the other end,
+// non-blocking in its poller. Unlike os.Pipe, the child's end is never
+// registered with the poller nor switched between modes: each exec makes
+// three such pipes, and in gVisor every system call the agent makes is a
+// round trip to the Sentry (this saves five per pipe).
+func childPipe(childEnd int) (child int, ours *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return -1, nil, err
+	}
+	if _, err := unix.FcntlInt(uintptr(p[1-childEnd]), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return -1, nil, err
+	}
+	return p[childEnd], os.NewFile(uintptr(p[1-childEnd]), "pipe"), nil
+}
+
+// closeFDs closes raw descriptors.
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }
 
 // stdin queues a write to a captured process's stdin; the writer answers.

@@ -9,6 +9,7 @@ type Metrics struct {
 	execSeconds   *metrics.Histogram
 	poolReady     metrics.ValueVec
 	poolReadyRT   metrics.ValueVec
+	poolWarmups   metrics.ValueVec
 	queueDepth    *metrics.Value
 	errors        metrics.ValueVec
 	auditDropped  *metrics.Value
@@ -28,8 +29,10 @@ func NewMetrics() *Metrics {
 		execSeconds: r.Histogram("airlock_exec_seconds", "Duration of run-and-wait exec requests.", latencyBuckets).With(),
 		poolReady:   r.Gauge("airlock_pool_ready", "Ready members of each warm pool of the native runtime.", "image", "policy"),
 		poolReadyRT: r.Gauge("airlock_pool_ready_by_runtime", "Ready members of each warm pool, by runtime.", "runtime", "image", "policy"),
-		queueDepth:  r.Gauge("airlock_admission_queue_depth", "Creations waiting for room.").With(),
-		errors:      r.Counter("airlock_errors_total", "Errors, by kind (API error codes, create, exec).", "kind"),
+		poolWarmups: r.Counter("airlock_pool_warmups_total",
+			"Warm-ups of new warm pool members (runtimes whose first command has one-time costs: gvisor), by runtime and result (ok, failed).", "runtime", "result"),
+		queueDepth: r.Gauge("airlock_admission_queue_depth", "Creations waiting for room.").With(),
+		errors:     r.Counter("airlock_errors_total", "Errors, by kind (API error codes, create, exec).", "kind"),
 		auditDropped: r.Counter("airlock_egress_audit_dropped_total",
 			"Egress audit records not stored: the writer's buffer was full or the store failed (the daemon's log still has them).").With(),
 		recordDropped: r.Counter("airlock_record_events_dropped_total",

@@ -51,6 +51,16 @@ type Process interface {
 	Wait(ctx context.Context) (ExitStatus, error)
 }
 
+// Warmer is implemented by sandboxes whose first command pays one-time
+// costs that can be paid ahead, while the sandbox waits in a warm pool
+// (gVisor: the sandbox kernel's first execution of a binary and the
+// agent's first request). Warm leaves nothing the sandbox's user could
+// see: no process, no output, and the first command still gets the first
+// process id. It is called at most once, before anything else runs.
+type Warmer interface {
+	Warm(ctx context.Context) error
+}
+
 // Files is implemented by sandboxes whose agent serves file operations.
 // Paths are absolute in the sandbox or relative to /workspace, and resolve
 // in the sandbox's own view (the agent does the work inside).

@@ -180,14 +180,35 @@ func (sb *sandbox) hello(ctx context.Context) (*agent.State, error) {
 	if err := sb.conn.Send(&agent.Message{Type: agent.TypeHello}); err != nil {
 		return nil, err
 	}
-	m, err := sb.recvOne(ctx, 10*time.Second)
-	if err != nil {
-		return nil, err
+	// The agent takes this channel before it reads the hello: what it
+	// sends meanwhile comes first. Answers to the previous supervisor's
+	// requests (a read that was waiting for output, ...) are dropped; an
+	// exit is this supervisor's to know (the agent no longer counts that
+	// process as running), so it joins the state's.
+	var early []agent.Exit
+	deadline := time.Now().Add(10 * time.Second)
+	for n := 0; n < 1024; n++ {
+		m, err := sb.recvOne(ctx, max(time.Until(deadline), time.Millisecond))
+		if err != nil {
+			return nil, err
+		}
+		switch m.Type {
+		case agent.TypeState:
+			if m.State == nil {
+				return nil, errors.New("agent answered hello with an empty state")
+			}
+			m.State.Exited = append(m.State.Exited, early...)
+			return m.State, nil
+		case agent.TypeExit:
+			if m.Exit != nil {
+				early = append(early, *m.Exit)
+			}
+		case agent.TypeData, agent.TypeAck, agent.TypeFileResult, agent.TypeStarted, agent.TypeError:
+		default:
+			return nil, fmt.Errorf("agent answered %q to hello", m.Type)
+		}
 	}
-	if m.Type != agent.TypeState || m.State == nil {
-		return nil, fmt.Errorf("agent answered %q to hello", m.Type)
-	}
-	return m.State, nil
+	return nil, errors.New("agent sent no state in answer to hello")
 }
 
 // pollInit waits for an adopted init (not this process's child, so it

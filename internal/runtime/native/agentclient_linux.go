@@ -2,8 +2,14 @@ package native
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/internal/agent"
 	"github.com/airlock-dev/airlock/internal/runtime"
@@ -102,4 +108,76 @@ func (c *AgentClient) Download(ctx context.Context, path string, opts runtime.Do
 
 func (c *AgentClient) Upload(ctx context.Context, dir string, r io.Reader) error {
 	return c.sb.Upload(ctx, dir, r)
+}
+
+// Warm runs req (captured, as the service runs every command) to its end
+// without a trace for the supervisor: no process of this client keeps it,
+// its output is read and released, and the next process still gets the
+// first id. It pre-pays what a sandbox's first command costs once (the
+// agent's threads and code paths, the sandbox kernel's caches of the
+// binary and its libraries) for a sandbox that waits in a warm pool. It
+// is refused once this client has started anything else.
+func (c *AgentClient) Warm(ctx context.Context, req *runtime.ExecRequest) error {
+	sb := c.sb
+	sb.mu.Lock()
+	fresh := sb.nextID == 0
+	sb.mu.Unlock()
+	if !fresh {
+		return errors.New("warm: the sandbox has run commands already")
+	}
+	r := *req
+	r.Capture, r.Hold, r.TTY = true, true, false
+	// The id it took is handed out again once its process is gone (or
+	// never started); one still running (the warm-up timed out) is killed
+	// and keeps its id.
+	ended := true
+	defer func() {
+		sb.mu.Lock()
+		if ended && sb.nextID == 1 {
+			delete(sb.procs, 1)
+			sb.nextID = 0
+		}
+		sb.mu.Unlock()
+	}()
+	p, err := sb.Exec(ctx, &r)
+	if err != nil {
+		return err
+	}
+	proc := p.(*process)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Add(1)
+		go func(stream int) {
+			defer wg.Done()
+			a := proc.AttachOutput(stream)
+			defer a.Close(false)
+			var cursor uint64
+			for n := 0; n < 64; n++ {
+				ch, err := a.Read(ctx, cursor, 64<<10, 5*time.Second)
+				if err != nil {
+					errs[stream-1] = err
+					return
+				}
+				cursor = ch.Next()
+				if ch.EOF {
+					return
+				}
+			}
+		}(i + 1)
+	}
+	st, err := proc.Wait(ctx)
+	if err != nil {
+		ended = false
+		proc.Signal(unix.SIGKILL)
+	}
+	wg.Wait()
+	sb.conn.Send(&agent.Message{Type: agent.TypeRelease, Release: &agent.Release{ID: proc.id}})
+	if err == nil {
+		err = errors.Join(errs...)
+	}
+	if err == nil && (st.Code != 0 || st.Signal != 0) {
+		err = fmt.Errorf("warm: %s exited with status %d", req.Argv[0], st.ShellCode())
+	}
+	return err
 }

@@ -39,6 +39,7 @@ type attachment struct {
 	keep   uint64     // the cursor of the last read
 	sent   time.Time  // when the hold was last renewed
 	closed bool
+	ended  bool // a read reached the end of the stream: nothing more to hold
 }
 
 // Read implements runtime.OutputAttachment.
@@ -48,7 +49,13 @@ func (a *attachment) Read(ctx context.Context, cursor uint64, max int, wait time
 		a.keep, a.sent = cursor, time.Now()
 		a.mu.Unlock()
 	}
-	return a.p.readOutput(ctx, a.stream, cursor, max, wait, a.reader)
+	ch, err := a.p.readOutput(ctx, a.stream, cursor, max, wait, a.reader)
+	if err == nil && ch.EOF && a.reader != 0 {
+		a.mu.Lock()
+		a.ended = true
+		a.mu.Unlock()
+	}
+	return ch, err
 }
 
 // renew keeps the hold alive while the reader is between reads (a slow
@@ -92,7 +99,11 @@ func (a *attachment) Close(linger bool) {
 	}
 	a.closed = true
 	close(a.stop)
-	if !linger {
+	// A stream read to its end takes no more writes, so the hold holds
+	// nothing back (and lapses): no release to send, which spares the
+	// agent a message per stream of every exec (in gVisor, several round
+	// trips to the Sentry).
+	if !linger && !a.ended {
 		a.send(true)
 	}
 }
