@@ -284,6 +284,13 @@ func (sb *sandbox) closePidFD() {
 // waitInit reaps the init (its pidfd stays open until Destroy, so a late
 // killInit cannot reach another process).
 func (sb *sandbox) waitInit() {
+	// Wait for the exit through the pidfd first: a wait4 that blocks
+	// holds an OS thread of this process for the sandbox's whole life
+	// (one thread per sandbox in a daemon); the reap then returns at once.
+	sb.pidfdMu.Lock()
+	fd := sb.initPidFD
+	sb.pidfdMu.Unlock()
+	awaitPidfd(fd)
 	var ws unix.WaitStatus
 	for {
 		_, err := unix.Wait4(sb.initPid, &ws, 0, nil)
@@ -292,6 +299,43 @@ func (sb *sandbox) waitInit() {
 		}
 	}
 	close(sb.exited)
+}
+
+// awaitPidfd returns once the process of pidfd fd has exited (its pidfd is
+// readable), or when fd cannot be polled. The wait parks the goroutine in
+// the runtime's poller (a private, non-blocking duplicate of fd), so it
+// holds no OS thread; if the poller will not take the descriptor, a
+// blocking poll(2) does the same on a thread of its own.
+func awaitPidfd(fd int) {
+	exited := func(fd int, timeout int) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, timeout)
+		return n > 0 || (err != nil && err != unix.EINTR)
+	}
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	// O_NONBLOCK (on the shared open file description: for a pidfd it
+	// only changes waitid(P_PIDFD), which nothing here uses) is what
+	// makes os.NewFile register it with the poller.
+	if err := unix.SetNonblock(dup, true); err != nil {
+		unix.Close(dup)
+		return
+	}
+	f := os.NewFile(uintptr(dup), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err == nil {
+		err = rc.Read(func(fd uintptr) bool { return exited(int(fd), 0) })
+	}
+	if err != nil {
+		// Not pollable (or closed): wait on this thread.
+		rc.Control(func(fd uintptr) {
+			for !exited(int(fd), -1) {
+			}
+		})
+	}
 }
 
 // Destroy implements runtime.Sandbox.
