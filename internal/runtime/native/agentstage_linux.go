@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	goruntime "runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -111,14 +112,16 @@ func execveat(fd int, argv, env []string) error {
 // agentStageMain is the second stage of the init (see reexecAgent), with
 // the stage's memfd at stageFD.
 func agentStageMain(stageFD string) {
-	// Unlike the first stage, this one does not lock its main goroutine
-	// to a thread: every thread of this image descends from the one that
-	// made the exec, in the sandbox's cgroup namespace, and every layer
-	// applied here covers all threads (Landlock and seccomp synchronise
-	// them), so a process may be forked from any. A locked goroutine
-	// would cost two threads that do nothing (the runtime's template
-	// thread, and one to run the others while it waits).
-	//
+	// As in the first stage, the agent's request loop keeps this thread:
+	// the processes it starts are forked from it, and its signals come
+	// from it. That matters beyond the cgroup namespace (which every
+	// thread of this image shares): Landlock is applied thread by thread,
+	// each thread getting a domain of its own with the same rules, and a
+	// domain that scopes signals refuses one sent to a process of another
+	// domain. A signal sent from any other thread than the one that forked
+	// the process is refused (measured: without this lock, 2 of 8 runs of
+	// TestSignalReachesProcessGroup lost their SIGINT).
+	goruntime.LockOSThread()
 	// The exec made the process dumpable again; nothing in the sandbox
 	// runs yet, and nothing may reach /proc/1 once something does.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
