@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/internal/agent"
+	"github.com/airlock-dev/airlock/internal/seccomp"
 )
 
 // controlFD is where the sandbox's init finds its end of the control channel.
@@ -41,10 +42,6 @@ func inLayer(layer string, err error) error {
 // filesystem, applies every isolation layer to itself (all threads), and then
 // serves the control channel as the sandbox's agent. It never returns.
 func InitMain() {
-	if len(os.Args) == 4 && os.Args[2] == agentStageArg {
-		agentStageMain(os.Args[3])
-		return
-	}
 	// The cgroup namespace is unshared on this thread, and every process
 	// the agent starts is forked from it (the agent's request loop runs on
 	// the main goroutine, which stays locked here).
@@ -58,37 +55,16 @@ func InitMain() {
 		os.Exit(121)
 	}
 	conn := agent.NewConn(os.NewFile(controlFD, "control"))
-	// This program, for the agent stage (see agentStage): opened before
-	// the sandbox's root replaces the host's.
-	self, err := unix.Open("/proc/self/exe", unix.O_PATH|unix.O_CLOEXEC, 0)
+	ready, listener, err := initSandbox(conn)
 	if err != nil {
-		initFailed(conn, fmt.Errorf("open the init program: %w", err))
+		layer := layerNamespaces
+		var le *layerError
+		if errors.As(err, &le) {
+			layer = le.layer
+		}
+		conn.Send(&agent.Message{Type: agent.TypeError, Error: &agent.Error{Layer: layer, Message: err.Error()}})
+		os.Exit(1)
 	}
-	ready, listener, s, err := initSandbox(conn)
-	if err != nil {
-		initFailed(conn, err)
-	}
-	// The setup's own garbage (its decoded message, the mount steps'
-	// buffers) and the threads its blocking calls needed would stay with
-	// the agent for the sandbox's life: the rest runs in a fresh image.
-	initFailed(conn, reexecAgent(self, s, ready, listener))
-}
-
-// initFailed reports err, in the layer it names, to the supervisor and
-// ends the init.
-func initFailed(conn *agent.Conn, err error) {
-	layer := layerNamespaces
-	var le *layerError
-	if errors.As(err, &le) {
-		layer = le.layer
-	}
-	conn.Send(&agent.Message{Type: agent.TypeError, Error: &agent.Error{Layer: layer, Message: err.Error()}})
-	os.Exit(1)
-}
-
-// serveAgent sends the ready message with the descriptors it hands out
-// and serves the control channel as the sandbox's agent until it ends.
-func serveAgent(conn *agent.Conn, ready *agent.Ready, listener *os.File) {
 	if err := conn.Send(&agent.Message{Type: agent.TypeReady, Ready: ready}, handedOut...); err != nil {
 		os.Exit(1)
 	}
@@ -109,21 +85,19 @@ func serveAgent(conn *agent.Conn, ready *agent.Ready, listener *os.File) {
 	os.Exit(0)
 }
 
-// initSandbox is the setup up to the capabilities; the agent stage
-// applies the rest (see hardenRest).
-func initSandbox(conn *agent.Conn) (*agent.Ready, *os.File, *setup, error) {
-	ready, listener, s, err := initSandboxSteps(conn)
+func initSandbox(conn *agent.Conn) (*agent.Ready, *os.File, error) {
+	ready, listener, err := initSandboxSteps(conn)
 	if err != nil && listener != nil {
 		listener.Close()
 		listener = nil
 	}
-	return ready, listener, s, err
+	return ready, listener, err
 }
 
-func initSandboxSteps(conn *agent.Conn) (_ *agent.Ready, listener *os.File, _ *setup, _ error) {
+func initSandboxSteps(conn *agent.Conn) (_ *agent.Ready, listener *os.File, _ error) {
 	m, files, err := conn.Recv()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("read setup: %w", err)
+		return nil, nil, fmt.Errorf("read setup: %w", err)
 	}
 	defer func() {
 		for _, f := range files {
@@ -131,18 +105,18 @@ func initSandboxSteps(conn *agent.Conn) (_ *agent.Ready, listener *os.File, _ *s
 		}
 	}()
 	if m.Type != agent.TypeSetup {
-		return nil, nil, nil, fmt.Errorf("first message is %q, want setup", m.Type)
+		return nil, nil, fmt.Errorf("first message is %q, want setup", m.Type)
 	}
 	var s setup
 	if err := json.Unmarshal(m.Setup, &s); err != nil {
-		return nil, nil, nil, fmt.Errorf("decode setup: %w", err)
+		return nil, nil, fmt.Errorf("decode setup: %w", err)
 	}
 	want := len(s.IDMapped)
 	if s.Detached {
 		want++
 	}
 	if len(files) != want {
-		return nil, nil, nil, fmt.Errorf("setup names %d descriptors but carried %d", want, len(files))
+		return nil, nil, fmt.Errorf("setup names %d descriptors but carried %d", want, len(files))
 	}
 	if s.Detached {
 		// The listening socket for later supervisors comes last; it must
@@ -160,18 +134,18 @@ func initSandboxSteps(conn *agent.Conn) (_ *agent.Ready, listener *os.File, _ *s
 
 	t0 := time.Now()
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		return nil, nil, nil, inLayer(layerNamespaces, fmt.Errorf("unshare cgroup namespace: %w", err))
+		return nil, nil, inLayer(layerNamespaces, fmt.Errorf("unshare cgroup namespace: %w", err))
 	}
 	if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
-		return nil, nil, nil, inLayer(layerNamespaces, fmt.Errorf("sethostname: %w", err))
+		return nil, nil, inLayer(layerNamespaces, fmt.Errorf("sethostname: %w", err))
 	}
 	if err := loopbackUp(); err != nil {
-		return nil, nil, nil, inLayer(layerNamespaces, fmt.Errorf("bring up loopback: %w", err))
+		return nil, nil, inLayer(layerNamespaces, fmt.Errorf("bring up loopback: %w", err))
 	}
 	for _, addr := range s.Listen {
 		fd, err := listenTCP(addr)
 		if err != nil {
-			return nil, nil, nil, inLayer(layerNamespaces, fmt.Errorf("listen on %s inside the sandbox: %w", addr, err))
+			return nil, nil, inLayer(layerNamespaces, fmt.Errorf("listen on %s inside the sandbox: %w", addr, err))
 		}
 		handedOut = append(handedOut, fd)
 	}
@@ -185,22 +159,64 @@ func initSandboxSteps(conn *agent.Conn) (_ *agent.Ready, listener *os.File, _ *s
 		last = now
 	})
 	if err != nil {
-		return nil, nil, nil, inLayer(layerFilesystem, err)
+		return nil, nil, inLayer(layerFilesystem, err)
 	}
 	ready.Placeholders = placeholders
 	ready.RootFD = keptRoot
 	step("mounts", t0)
 
 	if err := setRlimits(&s); err != nil {
-		return nil, nil, nil, inLayer(layerRlimits, err)
+		return nil, nil, inLayer(layerRlimits, err)
 	}
 	t0 = time.Now()
 	if err := dropPrivileges(); err != nil {
-		return nil, nil, nil, inLayer(layerCaps, err)
+		return nil, nil, inLayer(layerCaps, err)
 	}
 	step("capabilities", t0)
 
-	return ready, listener, &s, nil
+	if !s.NoLandlock {
+		t0 = time.Now()
+		var rw []string
+		for _, m := range s.Mounts {
+			if m.Writable && m.Dir {
+				rw = append(rw, m.Target)
+			}
+		}
+		abi, err := applyLandlock(rw)
+		if err != nil {
+			return nil, nil, inLayer(layerLandlock, err)
+		}
+		ready.LandlockABI = abi
+		step("landlock", t0)
+	}
+	if s.ExecNotify {
+		// Before the policy's filter (which may refuse seccomp(2) itself).
+		// The listener goes to the supervisor with the ready message and
+		// is closed here once sent; it is close-on-exec until then.
+		t0 = time.Now()
+		prog, err := seccomp.ExecNotifyFilter()
+		if err == nil {
+			var fd int
+			if fd, err = seccomp.InstallListener(prog); err == nil {
+				handedOut = append(handedOut, fd)
+				if s.Detached {
+					ready.ExecListenerFD = fd
+				}
+			}
+		}
+		if err != nil {
+			return nil, nil, inLayer(layerRecord, err)
+		}
+		step("record", t0)
+	}
+	if !s.NoSeccomp {
+		t0 = time.Now()
+		if err := applySeccomp(s.Seccomp); err != nil {
+			return nil, nil, inLayer(layerSeccomp, err)
+		}
+		step("seccomp", t0)
+	}
+	return ready, listener, nil
 }
 
 // loopbackUp brings up lo, the only interface of the sandbox's network
