@@ -38,6 +38,7 @@ func runServe(args []string) int {
 	airlockPath := fs.String("airlock", "./bin/airlock", "airlock binary")
 	bwrapPath := fs.String("bwrap", "bwrap", "bubblewrap binary for the reference row")
 	idle := fs.Int("idle", 200, "idle sandboxes for the memory measurement")
+	idleDisk := fs.String("idle-disk", "", "disk size of each idle sandbox (\"64M\"; empty: the policy's default): every volume reserves its size on the data disk")
 	dur := fs.Duration("duration", 10*time.Second, "length of the throughput run")
 	workers := fs.Int("workers", 4, "concurrent clients in the throughput run")
 	pySDK := fs.String("python-sdk", "sdk/python", "the Python SDK, for its rows next to the Go SDK's")
@@ -212,7 +213,7 @@ func runServe(args []string) int {
 	avail0, rss0 := memAvailable(), rss(daemon.cmd.Process.Pid)
 	ids := make([]string, 0, *idle)
 	for i := 0; i < *idle; i++ {
-		s, err := c.CreateSandbox(ctx, &api.CreateSandboxRequest{PolicyName: "cold"})
+		s, err := c.CreateSandbox(ctx, &api.CreateSandboxRequest{PolicyName: "cold", Resources: api.Resources{Disk: *idleDisk}})
 		if err != nil {
 			return fail("idle sandboxes", err)
 		}

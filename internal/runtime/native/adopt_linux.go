@@ -218,21 +218,9 @@ func (sb *sandbox) pollInit() {
 	sb.pidfdMu.Lock()
 	fd := sb.initPidFD
 	sb.pidfdMu.Unlock()
-	if pidfdExited(fd) == nil {
-		return
-	}
-	// A private duplicate: closePidFD may close the shared one meanwhile.
-	dup, err := unix.Dup(fd)
-	if err != nil {
-		return
-	}
-	defer unix.Close(dup)
-	for {
-		fds := []unix.PollFd{{Fd: int32(dup), Events: unix.POLLIN}}
-		if _, err := unix.Poll(fds, -1); err != unix.EINTR {
-			return
-		}
-	}
+	// awaitPidfd waits on a private duplicate: closePidFD may close the
+	// shared one meanwhile.
+	awaitPidfd(fd)
 }
 
 // Process returns a process of the sandbox by its request id: after Adopt,

@@ -59,13 +59,13 @@ var procMaskedFiles = []string{
 	"slabinfo", "pagetypeinfo", "modules", "iomem", "ioports",
 }
 
-// procMaskedDirs get an empty read-only tmpfs.
+// procMaskedDirs get an empty read-only tmpfs (see masker).
 var procMaskedDirs = []string{"acpi", "scsi", "asound", "firmware", "driver", "dynamic_debug"}
 
 // procReadOnly stay visible but read-only.
 var procReadOnly = []string{"sys", "bus", "fs", "irq"}
 
-func mountProc(proc string) error {
+func mountProc(proc string, mask *masker) error {
 	if err := mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func mountProc(proc string) error {
 		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
 			continue
 		}
-		if err := mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=000"); err != nil {
+		if err := mask.dir(p); err != nil {
 			return err
 		}
 	}
@@ -100,4 +100,30 @@ func mountProc(proc string) error {
 		}
 	}
 	return nil
+}
+
+// masker hides directories of one sandbox under an empty, read-only tmpfs
+// (size 0, mode 000): the first is mounted, every other is a bind mount of
+// it, read-only, nosuid, nodev and noexec itself. One superblock per
+// sandbox instead of one per hidden directory: each superblock is a
+// memory-cgroup-aware shrinker, and the kernel sizes every memory
+// cgroup's shrinker table by the most shrinkers the host has had (1 KiB
+// per 64), so a superblock less per sandbox is also less in every
+// sandbox's cgroup once there are many.
+type masker struct {
+	first string // the mounted one; "" until then
+}
+
+func (m *masker) dir(dst string) error {
+	if m.first == "" {
+		if err := mount("tmpfs", dst, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=000"); err != nil {
+			return err
+		}
+		m.first = dst
+		return nil
+	}
+	if err := mount(m.first, dst, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	return remount(dst, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC)
 }

@@ -105,12 +105,13 @@ func buildRoot(s *setup, idmapped map[string]*os.File, step func(string)) ([]str
 		return placeholders, err
 	}
 	step("mounts.dev")
-	if err := mountProc(filepath.Join(newRoot, "proc")); err != nil {
+	mask := &masker{}
+	if err := mountProc(filepath.Join(newRoot, "proc"), mask); err != nil {
 		return placeholders, err
 	}
 	step("mounts.proc")
 	for _, p := range s.Deny {
-		if err := deny(newRoot, p); err != nil {
+		if err := deny(newRoot, p, mask); err != nil {
 			return placeholders, err
 		}
 	}
@@ -384,8 +385,8 @@ func touch(path string) error {
 }
 
 // deny hides a path inside the sandbox: an empty read-only tmpfs over a
-// directory, /dev/null over anything else.
-func deny(newRoot, path string) error {
+// directory (see masker), /dev/null over anything else.
+func deny(newRoot, path string, mask *masker) error {
 	dst, err := resolveIn(newRoot, path)
 	if err != nil {
 		return fmt.Errorf("deny: %w", err)
@@ -398,7 +399,7 @@ func deny(newRoot, path string) error {
 		return fmt.Errorf("deny %s: %w", path, err)
 	}
 	if fi.IsDir() {
-		return mount("tmpfs", dst, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=000")
+		return mask.dir(dst)
 	}
 	return bindRO("/dev/null", dst)
 }

@@ -282,16 +282,15 @@ func (sb *sandbox) closePidFD() {
 }
 
 // waitInit reaps the init (its pidfd stays open until Destroy, so a late
-// killInit cannot reach another process). It waits for the exit through the
-// runtime's poller (pidfdExited) and reaps only then: a blocking wait4 held
-// an OS thread per sandbox for the sandbox's life (a daemon with 500
-// sandboxes had 500 threads more), and a processor in a syscall that the
-// Go scheduler kept polling.
+// killInit cannot reach another process).
 func (sb *sandbox) waitInit() {
+	// Wait for the exit through the pidfd first: a wait4 that blocks
+	// holds an OS thread of this process for the sandbox's whole life
+	// (one thread per sandbox in a daemon); the reap then returns at once.
 	sb.pidfdMu.Lock()
 	fd := sb.initPidFD
 	sb.pidfdMu.Unlock()
-	pidfdExited(fd) // on failure, the blocking wait4 below waits instead
+	awaitPidfd(fd)
 	var ws unix.WaitStatus
 	for {
 		_, err := unix.Wait4(sb.initPid, &ws, 0, nil)
@@ -302,38 +301,41 @@ func (sb *sandbox) waitInit() {
 	close(sb.exited)
 }
 
-// pidfdExited returns once the process of pidfd fd has exited (the pidfd
-// polls readable), parking only the calling goroutine: it waits on a
-// non-blocking duplicate of fd in the runtime's poller. It returns an error
-// without waiting when that cannot be done (the caller then blocks in a
-// system call).
-func pidfdExited(fd int) error {
-	if fd < 0 {
-		return errors.New("no pidfd")
+// awaitPidfd returns once the process of pidfd fd has exited (its pidfd is
+// readable), or when fd cannot be polled. The wait parks the goroutine in
+// the runtime's poller (a private, non-blocking duplicate of fd), so it
+// holds no OS thread; if the poller will not take the descriptor, a
+// blocking poll(2) does the same on a thread of its own.
+func awaitPidfd(fd int) {
+	exited := func(fd int, timeout int) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, timeout)
+		return n > 0 || (err != nil && err != unix.EINTR)
 	}
-	// A private duplicate, made non-blocking: closePidFD may close the
-	// shared one meanwhile. The flag is the open file's, so the shared
-	// one turns non-blocking too, which nothing here depends on: it is
-	// only signalled (pidfd_send_signal) and duplicated (pidfd_getfd).
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return
 	}
+	// O_NONBLOCK (on the shared open file description: for a pidfd it
+	// only changes waitid(P_PIDFD), which nothing here uses) is what
+	// makes os.NewFile register it with the poller.
 	if err := unix.SetNonblock(dup, true); err != nil {
 		unix.Close(dup)
-		return err
+		return
 	}
 	f := os.NewFile(uintptr(dup), "pidfd")
 	defer f.Close()
 	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
+	if err == nil {
+		err = rc.Read(func(fd uintptr) bool { return exited(int(fd), 0) })
 	}
-	return rc.Read(func(fd uintptr) bool {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 0)
-		return err == nil && n > 0
-	})
+	if err != nil {
+		// Not pollable (or closed): wait on this thread.
+		rc.Control(func(fd uintptr) {
+			for !exited(int(fd), -1) {
+			}
+		})
+	}
 }
 
 // Destroy implements runtime.Sandbox.
