@@ -6,7 +6,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/airlock-dev/airlock/api"
 )
@@ -20,11 +19,7 @@ import (
 func TestGvisorPoolWarmUp(t *testing.T) {
 	need(t)
 	gvisorOrSkip(t)
-	d := startDaemon(t, "pools:\n  - {policy: default, size: 1}\n  - {policy: default, runtime: gvisor, size: 1}\n")
-	ready := func(rt string) float64 {
-		return d.metric(t, `airlock_pool_ready_by_runtime{runtime="`+rt+`",image="",policy="default"}`)
-	}
-	eventually(t, 90*time.Second, "both pools to fill", func() bool { return ready("native") == 1 && ready("gvisor") == 1 })
+	d := startTwoPools(t)
 	if n := d.metric(t, `airlock_pool_warmups_total{runtime="gvisor",result="ok"}`); n < 1 {
 		t.Fatalf("gvisor pool member filled without a warm-up: airlock_pool_warmups_total ok = %v", n)
 	}

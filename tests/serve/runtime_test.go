@@ -232,16 +232,24 @@ func TestRuntimeBadInput(t *testing.T) {
 	})
 }
 
-// Warm pools per runtime: a pool member is handed only to a request for
-// its runtime; a request for the other runtime is made cold.
-func TestPoolPerRuntime(t *testing.T) {
-	need(t)
-	gvisorOrSkip(t)
+// startTwoPools starts a daemon with a pool of one for each runtime and
+// waits until both are filled.
+func startTwoPools(t *testing.T) *daemon {
+	t.Helper()
 	d := startDaemon(t, "pools:\n  - {policy: default, size: 1}\n  - {policy: default, runtime: gvisor, size: 1}\n")
 	ready := func(rt string) float64 {
 		return d.metric(t, `airlock_pool_ready_by_runtime{runtime="`+rt+`",image="",policy="default"}`)
 	}
 	eventually(t, 90*time.Second, "both pools to fill", func() bool { return ready("native") == 1 && ready("gvisor") == 1 })
+	return d
+}
+
+// Warm pools per runtime: a pool member is handed only to a request for
+// its runtime; a request for the other runtime is made cold.
+func TestPoolPerRuntime(t *testing.T) {
+	need(t)
+	gvisorOrSkip(t)
+	d := startTwoPools(t)
 	pooled := func(rt string) map[string]bool {
 		ids := map[string]bool{}
 		list, err := d.c.AllSandboxes(ctxT(t), client.ListOptions{})
