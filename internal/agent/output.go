@@ -146,6 +146,13 @@ func (b *outputBuffer) release(reader uint64) {
 	}
 }
 
+// size is the memory the buffer holds.
+func (b *outputBuffer) size() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return cap(b.ring)
+}
+
 // releaseAll ends every hold (the output is being dropped).
 func (b *outputBuffer) releaseAll() {
 	b.mu.Lock()

@@ -225,6 +225,10 @@ type Data struct {
 	Data  []byte `json:"data,omitempty"`
 	EOF   bool   `json:"eof,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Gone: the process is known but its output is not kept (it was not
+	// captured, or it was dropped: see Server's retention of finished
+	// processes' output).
+	Gone bool `json:"gone,omitempty"`
 	// Raw is the length of the data when it follows the JSON in the
 	// packet instead (Conn.SendPayload); Recv moves it into Data.
 	Raw int `json:"raw,omitempty"`

@@ -2,10 +2,12 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	goruntime "runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,8 +32,21 @@ type Server struct {
 	outputs map[uint64][2]*outputBuffer // request id -> stdout, stderr of captured processes
 	stdins  map[uint64]chan *Stdin      // request id -> queue of a captured process's stdin writer
 	pids    map[uint64]int              // request id -> pid
-	sendM   sync.Mutex
+	// finished lists the captured processes that exited, oldest first,
+	// whose output is still kept (see keepFinished).
+	finished []uint64
+	sendM    sync.Mutex
 }
+
+// The output of finished captured processes is kept for readers that come
+// later, newest first, up to keepFinishedBytes of buffers and
+// keepFinishedProcs processes in all; older output is dropped. Without a
+// bound, every command a long-lived sandbox ran kept up to 1 MiB per
+// stream in the agent, charged to the sandbox's memory limit.
+var (
+	keepFinishedBytes = 16 << 20
+	keepFinishedProcs = 256
+)
 
 // maxPending bounds the exits kept for a supervisor that is not connected.
 const maxPending = 1 << 16
@@ -133,17 +148,7 @@ func (s *Server) Serve() error {
 			closeAll(files)
 			if m.Release != nil {
 				s.mu.Lock()
-				if bufs, ok := s.outputs[m.Release.ID]; ok {
-					// A child still writing must not wait for readers
-					// of output that is gone.
-					bufs[0].releaseAll()
-					bufs[1].releaseAll()
-				}
-				delete(s.outputs, m.Release.ID)
-				if q, ok := s.stdins[m.Release.ID]; ok {
-					delete(s.stdins, m.Release.ID)
-					close(q)
-				}
+				s.dropOutput(m.Release.ID)
 				s.mu.Unlock()
 			}
 		default:
@@ -392,6 +397,9 @@ func (s *Server) reap() {
 			ex.Signal = int(ws.Signal())
 		}
 		bufs, captured := s.outputs[id]
+		if captured {
+			s.keepFinished(id)
+		}
 		go func() {
 			if captured {
 				// Its output first: a supervisor that reads what there is
@@ -409,6 +417,46 @@ func (s *Server) reap() {
 			}
 			s.send(&Message{Type: TypeExit, Exit: ex})
 		}()
+	}
+}
+
+// keepFinished records that captured process id exited, then drops the
+// output of the oldest finished processes beyond keepFinishedBytes and
+// keepFinishedProcs (never id's own). The caller holds s.mu.
+func (s *Server) keepFinished(id uint64) {
+	s.finished = append(s.finished, id)
+	total := 0
+	for _, f := range s.finished {
+		if bufs, ok := s.outputs[f]; ok {
+			total += bufs[0].size() + bufs[1].size()
+		}
+	}
+	for len(s.finished) > 1 && (total > keepFinishedBytes || len(s.finished) > keepFinishedProcs) {
+		old := s.finished[0]
+		s.finished = s.finished[1:]
+		if bufs, ok := s.outputs[old]; ok {
+			total -= bufs[0].size() + bufs[1].size()
+		}
+		s.dropOutput(old)
+	}
+}
+
+// dropOutput forgets captured process id's output and stdin. The caller
+// holds s.mu.
+func (s *Server) dropOutput(id uint64) {
+	if bufs, ok := s.outputs[id]; ok {
+		// A child still writing must not wait for readers of output
+		// that is gone.
+		bufs[0].releaseAll()
+		bufs[1].releaseAll()
+	}
+	delete(s.outputs, id)
+	if q, ok := s.stdins[id]; ok {
+		delete(s.stdins, id)
+		close(q)
+	}
+	if i := slices.Index(s.finished, id); i >= 0 {
+		s.finished = slices.Delete(s.finished, i, i+1)
 	}
 }
 
@@ -526,6 +574,12 @@ func (s *Server) read(req *ReadRequest) {
 	s.mu.Unlock()
 	if !ok || (req.Stream != Stdout && req.Stream != Stderr) {
 		answer.Error = "no captured output for that process and stream"
+		s.mu.Lock()
+		if !ok && req.ID != 0 && req.ID <= s.maxID {
+			answer.Gone = true
+			answer.Error = fmt.Sprintf("the output of this process is not kept: it was not captured (a terminal), or it finished and was dropped (the agent keeps the output of the newest finished processes, up to %d MiB and %d processes)", keepFinishedBytes>>20, keepFinishedProcs)
+		}
+		s.mu.Unlock()
 		return
 	}
 	limit := req.Max

@@ -131,6 +131,11 @@ func (m *Manager) Output(ctx context.Context, id, pid string, cur Cursor, follow
 				if p.sb.isDeleting() {
 					return deletedUnder(id)
 				}
+				if errors.Is(err, errdefs.ErrNotFound) {
+					// The agent no longer keeps this finished
+					// process's output (it says why).
+					return fmt.Errorf("process %s output: %w", pid, err)
+				}
 				if exited() || p.sb.gone() {
 					return nil // the sandbox ended under us: report the exit
 				}

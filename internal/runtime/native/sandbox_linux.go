@@ -520,6 +520,9 @@ func (p *process) readOutput(ctx context.Context, stream int, cursor uint64, max
 	if d == nil {
 		return runtime.OutputChunk{}, fmt.Errorf("agent answered %q to a read", m.Type)
 	}
+	if d.Gone {
+		return runtime.OutputChunk{}, fmt.Errorf("%s: %w", d.Error, runtime.ErrNotFound)
+	}
 	if d.Error != "" {
 		return runtime.OutputChunk{}, errors.New(d.Error)
 	}
