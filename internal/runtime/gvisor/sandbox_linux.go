@@ -23,6 +23,7 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/cgroup"
 	"github.com/airlock-dev/airlock/internal/initbin"
+	"github.com/airlock-dev/airlock/internal/progfile"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 )
@@ -284,39 +285,21 @@ func cgroupDirs(path string) []string {
 }
 
 // initProgram returns a host file holding airlock's init program, to be
-// bound read-only into sandboxes: the embedded one (written once per build
-// into the state root, root-owned, mode 0555), or this executable.
+// bound read-only into sandboxes: the embedded one (root's read-only copy
+// per build in the state root, progfile.Cached: made once, other builds'
+// copies removed after a minute, since one written in the last minute may
+// be about to be mounted by another build's run), or this executable.
 func initProgram(root string) (string, error) {
 	bin := initbin.Bin()
 	if len(bin) == 0 {
 		return os.Executable()
 	}
-	p := filepath.Join(root, "init-"+initbin.BuildID)
-	if fi, err := os.Stat(p); err == nil && fi.Size() == int64(len(bin)) {
-		return p, nil
+	f, err := progfile.Cached(root, "init", initbin.BuildID, bin)
+	if err != nil {
+		return "", fmt.Errorf("gvisor: the init program in %s: %w", root, err)
 	}
-	// Other builds' programs: sandboxes that use one keep it through
-	// their mount once runsc opened it. One written in the last minute may
-	// be about to be mounted by another airlock build's run (a second
-	// checkout, a test binary): removing it would fail that run, and two
-	// builds used in turn would rewrite their 5 MB program on every run.
-	if old, _ := filepath.Glob(filepath.Join(root, "init-*")); len(old) > 0 {
-		for _, o := range old {
-			if st, err := os.Lstat(o); err == nil && o != p && !strings.Contains(o, ".tmp-") && time.Since(st.ModTime()) > time.Minute {
-				os.Remove(o)
-			}
-		}
-	}
-	tmp := p + ".tmp-" + native.NewID()
-	if err := os.WriteFile(tmp, bin, 0o555); err != nil {
-		os.Remove(tmp)
-		return "", err
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
-		return "", err
-	}
-	return p, nil
+	f.Close()
+	return f.Name(), nil
 }
 
 // owner records who made a sandbox, for the sweep: a non-detached sandbox
