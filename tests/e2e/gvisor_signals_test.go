@@ -54,4 +54,26 @@ func TestGVisorSignals(t *testing.T) {
 			}
 		})
 	}
+	// Signals from inside the sandbox to its init that airlock does not
+	// forward are ignored there, as Linux ignores them for a PID 1 without
+	// a handler: SIGTSTP stopped the init (the run hung) and SIGALRM was
+	// passed on to the command. The same signals to the command itself
+	// (the control) still act.
+	t.Run("to-init-from-inside", func(t *testing.T) {
+		for _, c := range []struct {
+			target string
+			want   int
+		}{{"1", 7}, {"$$", 128 + int(syscall.SIGALRM)}} {
+			script := "kill -TSTP " + c.target + " 2>/dev/null; kill -ALRM " + c.target + "; sleep 0.2; exit 7"
+			if c.target == "$$" {
+				// TSTP would stop the command for good: the control sends
+				// ALRM alone.
+				script = "kill -ALRM $$; sleep 5; exit 7"
+			}
+			b := start(t, opts{}, "run", "--runtime", gvisor.Name, "--", "/bin/sh", "-c", script)
+			if got := b.wait(t, 60*time.Second); got != c.want {
+				t.Fatalf("kill to %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", c.target, got, c.want, b.stdout, b.stderr)
+			}
+		}
+	})
 }

@@ -8,21 +8,22 @@ package gvisor
 // from the command's own exit status.
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"github.com/airlock-dev/airlock/internal/agent"
 	"io"
 	"net"
 	"os"
 	"os/signal"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-dev/airlock/internal/agent"
 	"github.com/airlock-dev/airlock/internal/initbin"
-	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/seccomp"
 )
 
@@ -30,10 +31,11 @@ import (
 const (
 	guestDir     = "/.airlock"
 	guestInit    = guestDir + "/init"
-	guestSeccomp = guestDir + "/seccomp.json"
+	guestSeccomp = guestDir + "/seccomp.bpf"
 	guestEgress  = guestDir + "/egress"
 	statusFD     = 3
 	argvEnv      = "AIRLOCK_GVISOR_ARGV"
+	seccompEnv   = "AIRLOCK_GVISOR_SECCOMP"
 )
 
 // InitMain is the container's PID 1: it reaps orphans. With "watch" (airlock
@@ -106,6 +108,13 @@ func ExecMain() {
 		}
 		args = args[1:]
 	}
+	var sigs *forwarder
+	if asInit {
+		// Catching a signal costs a round trip between two of the
+		// runtime's threads, ~0.2 ms each in the Sentry: done while the
+		// command is looked up and the filter installed.
+		sigs = catchForwarded()
+	}
 	argv := args[min(1, len(args)):]
 	if asInit {
 		// As PID 1 the command comes in argvEnv, not on the command
@@ -119,7 +128,7 @@ func ExecMain() {
 	}
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, initbin.BuildEnv+"=") && !strings.HasPrefix(kv, argvEnv+"=") {
+		if !strings.HasPrefix(kv, initbin.BuildEnv+"=") && !strings.HasPrefix(kv, argvEnv+"=") && !strings.HasPrefix(kv, seccompEnv+"=") {
 			env = append(env, kv)
 		}
 	}
@@ -143,7 +152,7 @@ func ExecMain() {
 		if err := startForwarders(fwd); err != nil {
 			fail(126, err.Error())
 		}
-		runAsInit(path, argv, env, tty)
+		runAsInit(path, argv, env, tty, sigs)
 	}
 	// A session (and process group) of its own, as in the native
 	// runtime: signals go to the group, as a terminal would send them.
@@ -166,58 +175,102 @@ func fail(code int, msg string) {
 
 // runAsInit is ExecMain as the container's PID 1 (one-shot sandboxes): it
 // starts the command as its child (own session, or the terminal's
-// foreground process group), forwards signals to the command's group, reaps
+// foreground process group), forwards the signals the supervisor sends
+// (Process.Signal) to the command's group, ignores every other signal, reaps
 // every orphan, and exits with the command's status (128+N for signal N).
 // Like the native init it is not dumpable, so the command cannot look into
 // it.
-func runAsInit(path string, argv, env []string, tty bool) {
+func runAsInit(path string, argv, env []string, tty bool, sigs *forwarder) {
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	// Each signal handed to os/signal costs a round trip between two
-	// runtime threads, ~0.2 ms in the Sentry: all 60-odd delayed the
-	// command by ~10 ms. The signals the supervisor forwards (and SIGCHLD,
-	// which the loop below needs) are caught before the command starts;
-	// the rest while it runs (until then a rare signal has its default
-	// action on the init, which ends the sandbox).
-	sigc := make(chan os.Signal, 32)
-	signal.Notify(sigc, firstSignals...)
 	unix.CloseOnExec(statusFD)
 	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}, Sys: &syscall.SysProcAttr{Setsid: true}}
 	if tty {
 		attr.Sys = &syscall.SysProcAttr{Setpgid: true, Foreground: true, Ctty: 0}
 	}
+	// A signal the supervisor forwards is caught from before the
+	// command starts, so that it reaches the command rather than end the
+	// init with its default action.
+	<-sigs.ready
 	pid, err := syscall.ForkExec(path, argv, attr)
 	if err != nil {
 		fail(agent.StartFailure(argv[0], env, path, "", err))
 	}
 	unix.Write(statusFD, []byte("ok\n"))
 	unix.Close(statusFD)
-	go signal.Notify(sigc)
+	go sigs.forward(pid)
+	// Every other signal is ignored, as a PID 1 without a handler
+	// ignores signals on Linux (the Sentry does not do that for it: a
+	// `kill -TSTP 1` from the command stopped the init). Ignoring, unlike
+	// catching, costs no round trip between the runtime's threads; the
+	// command, forked already, does not inherit it.
+	go signal.Ignore(ignoredSignals()...)
 	for {
+		// A blocking wait: no SIGCHLD to catch and hand over.
 		var ws unix.WaitStatus
-		got, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		if err == nil && got == pid {
-			if ws.Signaled() {
-				os.Exit(128 + int(ws.Signal()))
-			}
+		got, err := unix.Wait4(-1, &ws, 0, nil)
+		switch {
+		case err == unix.EINTR:
+		case err != nil:
+			fail(126, "wait: "+err.Error())
+		case got == pid && ws.Signaled():
+			os.Exit(128 + int(ws.Signal()))
+		case got == pid && (ws.Exited()):
 			os.Exit(ws.ExitStatus())
 		}
-		if err == nil && got > 0 {
-			continue // an orphan
-		}
-		sig := <-sigc
-		// SIGURG is the Go runtime's own preemption signal, not one
-		// for the command.
-		if s, ok := sig.(syscall.Signal); ok && s != unix.SIGCHLD && s != unix.SIGURG {
-			if unix.Kill(-pid, s) != nil {
-				unix.Kill(pid, s)
-			}
+		// Anything else is an orphan reaped, or the command stopped.
+	}
+}
+
+// forwardedSignals are those `airlock run` forwards to the command
+// (Process.Signal sends them to the init).
+var forwardedSignals = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH}
+
+// forwarder catches forwardedSignals; ready is closed once all are caught.
+type forwarder struct {
+	c     chan os.Signal
+	ready chan struct{}
+}
+
+func catchForwarded() *forwarder {
+	f := &forwarder{c: make(chan os.Signal, 32), ready: make(chan struct{})}
+	go func() {
+		signal.Notify(f.c, forwardedSignals...)
+		close(f.ready)
+	}()
+	return f
+}
+
+// forward sends each caught signal to the command's process group (as a
+// terminal would), or to the command if it left that group.
+func (f *forwarder) forward(pid int) {
+	for sig := range f.c {
+		s := sig.(syscall.Signal)
+		if unix.Kill(-pid, s) != nil {
+			unix.Kill(pid, s)
 		}
 	}
 }
 
-// firstSignals are those runAsInit catches before the command starts:
-// SIGCHLD, and what `airlock run` forwards (Process.Signal).
-var firstSignals = []os.Signal{unix.SIGCHLD, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH}
+// ignoredSignals are the signals the init ignores while the command runs:
+// all but those it forwards, those that cannot be caught or ignored
+// (SIGKILL, SIGSTOP), those whose default is to do nothing (SIGCHLD,
+// SIGCONT, SIGWINCH), the Go runtime's own (SIGURG, SIGPROF and 32-33) and
+// the faults it turns into panics.
+func ignoredSignals() []os.Signal {
+	var out []os.Signal
+	for n := syscall.Signal(1); n <= 64; n++ {
+		switch n {
+		case unix.SIGKILL, unix.SIGSTOP, unix.SIGCHLD, unix.SIGCONT, unix.SIGURG, unix.SIGPROF,
+			unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE, unix.SIGILL, unix.SIGTRAP, unix.SIGSYS, 32, 33:
+			continue
+		}
+		if slices.Contains(forwardedSignals, os.Signal(n)) {
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
+}
 
 // startForwarders listens on each ADDR of "ADDR=SOCKET" inside the sandbox
 // (the egress proxies' addresses on loopback) and relays every connection
@@ -274,20 +327,20 @@ func splice(a, b net.Conn) {
 	<-done
 }
 
-// guestFilter reads the policy's seccomp program the supervisor bound in
-// at guestSeccomp.
+// guestFilter is the policy's seccomp program: from seccompEnv for a
+// one-shot sandbox's init, else from the file the supervisor bound in at
+// guestSeccomp.
 func guestFilter() ([]seccomp.SockFilter, error) {
+	if v, ok := os.LookupEnv(seccompEnv); ok {
+		raw, err := base64.StdEncoding.DecodeString(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", seccompEnv, err)
+		}
+		return decodeFilter(raw)
+	}
 	raw, err := os.ReadFile(guestSeccomp)
 	if err != nil {
 		return nil, err
 	}
-	var prog []runtime.SockFilter
-	if err := json.Unmarshal(raw, &prog); err != nil {
-		return nil, err
-	}
-	filter := make([]seccomp.SockFilter, len(prog))
-	for i, in := range prog {
-		filter[i] = seccomp.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
-	}
-	return filter, nil
+	return decodeFilter(raw)
 }

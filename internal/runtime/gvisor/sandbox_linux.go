@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -161,12 +162,17 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	t = time.Now()
 	seccompPath := ""
 	if !spec.Insecure.NoSeccomp {
-		seccompPath = filepath.Join(dir, "seccomp.json")
-		raw, _ := json.Marshal(spec.Seccomp)
-		if err := os.WriteFile(seccompPath, raw, 0o444); err != nil {
-			return nil, err
-		}
 		sb.seccomp = true
+		sb.filter = encodeFilter(spec.Seccomp)
+		// A one-shot sandbox's init gets the program in its environment
+		// (Exec): no file to open through the Gofer on the command's
+		// start path.
+		if !r.OneShot {
+			seccompPath = filepath.Join(dir, "seccomp.bpf")
+			if err := os.WriteFile(seccompPath, sb.filter, 0o444); err != nil {
+				return nil, err
+			}
+		}
 	}
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
@@ -379,6 +385,7 @@ type sandbox struct {
 	listen         []string       // Spec.Listen
 	listeners      []net.Listener // their host ends, for the egress gateway
 	oneShot        bool           // Runtime.OneShot
+	filter         []byte         // the policy's seccomp program (encodeFilter), when seccomp is on
 	cg             *cgroup.Cgroup // the host cgroup airlock made (nil: none)
 	spec           *specs.Spec    // the bundle's spec (one-shot: its process is the command)
 	ran            bool           // one-shot: the command was started
@@ -554,6 +561,9 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (_ runtim
 		args = append(args, forwardArgs(&runtime.Spec{Listen: sb.listen})...)
 		args = append(args, "--init", "--")
 		env = append(env, argvEnv+"="+string(raw))
+		if sb.seccomp {
+			env = append(env, seccompEnv+"="+base64.StdEncoding.EncodeToString(sb.filter))
+		}
 	} else {
 		args = append(append(args, "--"), req.Argv...)
 	}
