@@ -209,12 +209,15 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 			return nil, err
 		}
 	}
-	raw, err := json.MarshalIndent(b.spec, "", " ")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o600); err != nil {
-		return nil, err
+	if !r.OneShot {
+		// A one-shot sandbox's is written with its command (Exec).
+		raw, err := json.Marshal(b.spec)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o600); err != nil {
+			return nil, err
+		}
 	}
 	sb.info.Steps["bundle"] = time.Since(t)
 	if !spec.Insecure.NoCgroups {
@@ -621,7 +624,7 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (_ runtim
 		sb.ran = true
 		spec := *sb.spec
 		spec.Process = proc
-		raw, err := json.MarshalIndent(&spec, "", " ")
+		raw, err := json.Marshal(&spec)
 		if err == nil {
 			err = os.WriteFile(filepath.Join(sb.dir, "config.json"), raw, 0o600)
 		}
