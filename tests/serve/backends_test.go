@@ -139,6 +139,29 @@ func testBackendService(t *testing.T, b serveBackend) {
 		wantCode(t, "missing command", err, http.StatusBadRequest)
 	})
 
+	// Stop signals from a command to the agent (PID 1) leave it answering,
+	// as Linux's PID 1 ignores them without a handler: in gVisor's Sentry a
+	// `kill -TSTP 1` froze the agent, and the next request hung. The same
+	// signals to the command itself (the control) stop it.
+	t.Run("stop-signals-to-agent", func(t *testing.T) {
+		res, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "kill -TSTP 1 && kill -TTIN 1 && kill -TTOU 1 && echo sent"}})
+		if err != nil || res.ExitCode != 0 || string(res.Stdout) != "sent\n" {
+			t.Fatalf("kill -TSTP/-TTIN/-TTOU 1: %+v %v", res, err)
+		}
+		after, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		res, err = d.c.Exec(after, sb.ID, &api.ExecRequest{Argv: []string{"echo", "alive"}})
+		if err != nil || res.ExitCode != 0 || string(res.Stdout) != "alive\n" {
+			t.Fatalf("the agent stopped answering after stop signals to PID 1: %+v %v", res, err)
+		}
+		// The control: the signal does reach a process here (one that
+		// traps it).
+		res, err = d.c.Exec(after, sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", `trap 'echo got-TSTP' TSTP; kill -TSTP $$; echo after`}})
+		if err != nil || res.ExitCode != 0 || string(res.Stdout) != "got-TSTP\nafter\n" {
+			t.Fatalf("control: SIGTSTP to a command that traps it: %+v %v", res, err)
+		}
+	})
+
 	t.Run("stream", func(t *testing.T) {
 		p, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: counting(20, "0.01")})
 		if err != nil {

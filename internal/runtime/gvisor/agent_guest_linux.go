@@ -22,6 +22,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
 	"strconv"
@@ -107,6 +108,19 @@ func agentMain(args []string) {
 	}
 	unix.CloseOnExec(listenerFD)
 	unix.CloseOnExec(portsFD)
+	// The Sentry does not spare its PID 1 a stop signal sent from inside
+	// (Linux ignores one that the init has no handler for, and Go leaves
+	// these three at their default): a `kill -TSTP 1` from a command froze
+	// the agent and so the whole sandbox. Caught here, on a goroutine (a
+	// round trip between the runtime's threads each), and dropped; a
+	// command still gets them at their default, as handlers do not survive
+	// an execve. (SIGSTOP and SIGKILL cannot be caught: README, Backends.)
+	go func() {
+		stops := make(chan os.Signal, 4)
+		signal.Notify(stops, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU)
+		for range stops {
+		}
+	}()
 	l := os.NewFile(listenerFD, "agent-listener")
 	if pl, err := net.FileListener(os.NewFile(portsFD, "ports-listener")); err == nil {
 		go servePorts(pl)
