@@ -31,6 +31,14 @@ var (
 	airlockErr  error
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if airlockBin != "" {
+		os.RemoveAll(filepath.Dir(airlockBin))
+	}
+	os.Exit(code)
+}
+
 // liveManager returns a manager over real native sandboxes (the airlock
 // binary built once per test binary), recovered and ready, closed at the
 // test's end; it skips without root.
