@@ -63,6 +63,9 @@ func (m *Manager) Output(ctx context.Context, id, pid string, cur Cursor, follow
 	if p.rec.TTY {
 		return conflict("process %s runs on a terminal: its output goes to its PTY session only", pid)
 	}
+	if p.dropped {
+		return errOutputDropped(pid)
+	}
 	or, _ := p.rp.(runtime.OutputReader)
 	exited := func() bool {
 		select {

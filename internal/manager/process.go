@@ -46,6 +46,10 @@ type proc struct {
 	mu          sync.Mutex
 	rec         store.Process
 	stdinClosed bool // a close of its stdin was asked for
+
+	// dropped: a finished process served from its stored record, no
+	// longer kept whole by its sandbox (keepFinishedProcs).
+	dropped bool
 }
 
 // end records how the process ended; only the first call counts.
@@ -68,8 +72,13 @@ func (p *proc) end(st runtime.ExitStatus, timedOut bool, now time.Time) bool {
 // view is the API's picture of the process.
 func (p *proc) view() api.Process {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	r := p.rec
+	p.mu.Unlock()
+	return procView(&r)
+}
+
+// procView is the API's picture of a process record.
+func procView(r *store.Process) api.Process {
 	v := api.Process{ID: procID(r.ID), SandboxID: r.SandboxID, Argv: r.Argv, Cwd: r.Cwd, TTY: r.TTY,
 		State: api.ProcessRunning, StartedAt: r.StartedAt, Signal: r.Signal, TimedOut: r.TimedOut, EndReason: r.EndReason}
 	if r.EndedAt != nil {
@@ -90,13 +99,52 @@ func parseProcID(s string) (uint64, bool) {
 	return n, err == nil
 }
 
-func (m *Manager) saveProc(ctx context.Context, p *proc) {
+func (m *Manager) saveProc(ctx context.Context, p *proc) error {
 	p.mu.Lock()
 	r := p.rec
 	p.mu.Unlock()
-	if err := m.st.PutProcess(context.WithoutCancel(ctx), &r); err != nil {
+	err := m.st.PutProcess(context.WithoutCancel(ctx), &r)
+	if err != nil {
 		m.log.Error("store process", "sandbox", r.SandboxID, "process", r.ID, "err", err)
 	}
+	return err
+}
+
+// keepFinishedProcs is how many finished processes a sandbox keeps whole
+// (the runtime's process, its output, its channels), newest end first: as
+// many as the agent keeps the output of. Older ones are served from the
+// store: their record (state, exit, times) stays, their output does not.
+// Without a bound the daemon kept every process a sandbox ever ran, about
+// 0.9 KB each, for the sandbox's life.
+var keepFinishedProcs = 256
+
+// retire counts p, which has ended and whose end is stored, among the
+// sandbox's finished processes, and lets go of the oldest beyond
+// keepFinishedProcs. One whose end could not be stored is kept whole (the
+// store would answer for it with a stale record).
+func (m *Manager) retire(p *proc, saved error) {
+	if saved != nil {
+		return
+	}
+	sb := p.sb
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.procs[p.rec.ID] != p {
+		return
+	}
+	sb.finished = append(sb.finished, p.rec.ID)
+	for len(sb.finished) > keepFinishedProcs {
+		delete(sb.procs, sb.finished[0])
+		sb.finished = sb.finished[1:]
+		sb.dropped = true
+	}
+}
+
+// errOutputDropped is the answer for the output of a finished process the
+// sandbox no longer keeps whole.
+func errOutputDropped(pid string) error {
+	return fmt.Errorf("process %s output: it finished and was dropped (a sandbox keeps the output of its newest %d finished processes; the process stays listed with its exit): %w",
+		pid, keepFinishedProcs, errdefs.ErrNotFound)
 }
 
 // live returns a sandbox that is running, touched, with its runtime.
@@ -262,7 +310,7 @@ func (m *Manager) reapProc(p *proc) {
 		p.sb.running--
 		p.sb.activity, p.sb.dirty = time.Now().UTC(), true
 		p.sb.mu.Unlock()
-		m.saveProc(context.Background(), p)
+		m.retire(p, m.saveProc(context.Background(), p))
 	}
 }
 
@@ -430,13 +478,28 @@ func (m *Manager) process(ctx context.Context, id, pid string) (*Sandbox, *proc,
 	}
 	sb.mu.Lock()
 	p := sb.procs[n]
+	dropped := sb.dropped
 	sb.activity, sb.dirty = time.Now().UTC(), true
 	sb.mu.Unlock()
+	if p == nil && dropped {
+		// A finished process the sandbox no longer keeps whole: its
+		// stored record (its end was stored before it was let go).
+		r, err := m.st.GetProcess(ctx, sb.id, n)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, nil, fmt.Errorf("sandbox %s: process %s: %w", id, errdefs.Quote(pid), err)
+		}
+		if r != nil && r.EndedAt != nil {
+			p = &proc{sb: sb, rec: *r, done: closedChan, dropped: true}
+		}
+	}
 	if p == nil {
 		return nil, nil, fmt.Errorf("sandbox %s: process %s: %w", id, errdefs.Quote(pid), errdefs.ErrNotFound)
 	}
 	return sb, p, nil
 }
+
+// closedChan is the done channel of a process served from the store.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Process returns a process.
 func (m *Manager) Process(ctx context.Context, id, pid string) (api.Process, error) {
@@ -459,11 +522,47 @@ func (m *Manager) Processes(ctx context.Context, id string) (api.ProcessList, er
 	for _, p := range sb.procs {
 		ps = append(ps, p)
 	}
+	dropped := sb.dropped
 	sb.mu.Unlock()
 	sort.Slice(ps, func(i, j int) bool { return ps[i].rec.ID < ps[j].rec.ID })
 	out := api.ProcessList{Processes: make([]api.Process, 0, len(ps))}
+	if !dropped {
+		for _, p := range ps {
+			out.Processes = append(out.Processes, p.view())
+		}
+		return out, nil
+	}
+	// The finished processes it no longer keeps whole are listed from
+	// the store (each one's end was stored before it was let go); those
+	// it keeps are listed as it knows them now.
+	recs, err := m.st.ListProcesses(ctx, sb.id)
+	if errors.Is(err, store.ErrNotFound) {
+		return api.ProcessList{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return api.ProcessList{}, fmt.Errorf("sandbox %s: processes: %w", id, err)
+	}
+	kept := make(map[uint64]bool, len(ps))
 	for _, p := range ps {
-		out.Processes = append(out.Processes, p.view())
+		kept[p.rec.ID] = true
+	}
+	type item struct {
+		id uint64
+		v  api.Process
+	}
+	all := make([]item, 0, len(recs)+len(ps))
+	for _, r := range recs {
+		if !kept[r.ID] {
+			all = append(all, item{r.ID, procView(r)})
+		}
+	}
+	for _, p := range ps {
+		all = append(all, item{p.rec.ID, p.view()})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].id < all[j].id })
+	out.Processes = make([]api.Process, 0, len(all))
+	for _, it := range all {
+		out.Processes = append(out.Processes, it.v)
 	}
 	return out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -103,12 +104,23 @@ func (m *Manager) recoverOne(ctx context.Context, r *store.Sandbox) {
 	if err != nil {
 		m.log.Error("load processes", "sandbox", r.ID, "err", err)
 	}
+	// Those still running, and the newest finished ones (as many as a
+	// sandbox keeps whole): the older ones are served from the store.
+	var ended []*store.Process
 	for _, pr := range procs {
-		p := &proc{sb: sb, rec: *pr, done: make(chan struct{})}
 		if pr.EndedAt != nil {
-			close(p.done)
+			ended = append(ended, pr)
+			continue
 		}
-		sb.procs[pr.ID] = p
+		sb.procs[pr.ID] = &proc{sb: sb, rec: *pr, done: make(chan struct{})}
+	}
+	sort.SliceStable(ended, func(i, j int) bool { return ended[i].EndedAt.Before(*ended[j].EndedAt) })
+	if n := len(ended) - keepFinishedProcs; n > 0 {
+		ended, sb.dropped = ended[n:], true
+	}
+	for _, pr := range ended {
+		sb.procs[pr.ID] = &proc{sb: sb, rec: *pr, done: closedChan}
+		sb.finished = append(sb.finished, pr.ID)
 	}
 	m.mu.Lock()
 	m.sandboxes[sb.id] = sb
@@ -214,12 +226,12 @@ func (m *Manager) recoverOne(ctx context.Context, r *store.Sandbox) {
 			go m.reapProc(p)
 		case hasKey(exited, id):
 			p.end(exited[id], false, now)
-			m.saveProc(ctx, p)
+			m.retire(p, m.saveProc(ctx, p))
 		default:
 			// Not known to the agent: it ended when the previous daemon
 			// did, its exit not kept (a PTY process's hangup).
 			p.end(runtime.ExitStatus{Signal: 1}, false, now)
-			m.saveProc(ctx, p)
+			m.retire(p, m.saveProc(ctx, p))
 		}
 	}
 	if r.State == api.StatePaused {

@@ -28,7 +28,12 @@ type Sandbox struct {
 	egressEnv map[string]string
 	// recorder writes its activity record (spec.Record) while it runs.
 	recorder *record.Recorder
+	// procs are its processes that are running and the newest
+	// keepFinishedProcs that finished (finished: their ids, oldest end
+	// first); older finished processes are in the store only (dropped).
 	procs    map[uint64]*proc
+	finished []uint64
+	dropped  bool          // some finished process is in the store only
 	running  int           // processes started and not yet exited
 	ending   bool          // being stopped, failed or deleted
 	deleting bool          // ending because a caller deleted it

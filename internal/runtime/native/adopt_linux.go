@@ -225,6 +225,9 @@ func (sb *sandbox) pollInit() {
 
 // Process returns a process of the sandbox by its request id: after Adopt,
 // the ones the agent reported running can be waited for and signalled.
+// One that ended while no supervisor was connected is handed out once:
+// the sandbox keeps no table of finished processes (their holder, the
+// daemon, lets go of them in its own time).
 func (sb *sandbox) Process(id uint64) (runtime.Process, bool) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
@@ -232,6 +235,7 @@ func (sb *sandbox) Process(id uint64) (runtime.Process, bool) {
 		return p, true
 	}
 	p, ok := sb.ended[id]
+	delete(sb.ended, id)
 	return p, ok
 }
 
