@@ -11,7 +11,6 @@ import (
 	goruntime "runtime"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,7 +41,7 @@ func TestMain(m *testing.M) {
 // liveManager returns a manager over real native sandboxes (the airlock
 // binary built once per test binary), recovered and ready, closed at the
 // test's end; it skips without root.
-func liveManager(t *testing.T) *Manager {
+func liveManager(t testing.TB) *Manager {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (the sandboxes use cgroups)")
@@ -99,44 +98,39 @@ func heapInUse() uint64 {
 	return ms.HeapAlloc
 }
 
-// TestProcessMemory measures the daemon's heap per finished process
-// (AIRLOCK_PROCMEM=N1,N2,... commands); a measurement, not a check.
-func TestProcessMemory(t *testing.T) {
-	ns := os.Getenv("AIRLOCK_PROCMEM")
-	if ns == "" {
-		t.Skip("a measurement: set AIRLOCK_PROCMEM=2000,4000")
-	}
+// BenchmarkFinishedProcessMemory reports the daemon's heap growth per
+// finished command once a sandbox has run more than it keeps whole
+// (heap-B/exec; it was ~900 when every process was kept) and the change
+// in goroutines: go test -run XXX -bench FinishedProcessMemory
+// -benchtime 2000x ./internal/manager/ (root). AIRLOCK_PROCMEM_PROFILE=FILE
+// writes a heap profile of every allocation at the end.
+func BenchmarkFinishedProcessMemory(b *testing.B) {
 	if os.Getenv("AIRLOCK_PROCMEM_PROFILE") != "" {
 		goruntime.MemProfileRate = 1
 	}
-	m := liveManager(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
+	m := liveManager(b)
+	ctx := context.Background()
 	sb, err := m.Create(ctx, &api.CreateSandboxRequest{})
 	if err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
 	}
 	defer m.Delete(context.Background(), sb.ID)
 	run := func(n int) {
 		for i := 0; i < n; i++ {
 			r, err := m.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}})
 			if err != nil || r.ExitCode != 0 {
-				t.Fatalf("exec %d: %v %+v", i, err, r)
+				b.Fatalf("exec %d: %v %+v", i, err, r)
 			}
 		}
 	}
-	run(50) // warm
-	base := heapInUse()
-	gbase := goruntime.NumGoroutine()
-	done := 0
-	for _, s := range strings.Split(ns, ",") {
-		n, _ := strconv.Atoi(s)
-		run(n - done)
-		done = n
-		h := heapInUse()
-		t.Logf("%d commands: heap %d -> %d bytes (+%d, %.0f bytes per command); goroutines %d -> %d",
-			n, base, h, int64(h)-int64(base), float64(int64(h)-int64(base))/float64(n), gbase, goruntime.NumGoroutine())
-	}
+	run(keepFinishedProcs + 50) // past what is kept whole
+	base, gbase := heapInUse(), goruntime.NumGoroutine()
+	b.ResetTimer()
+	run(b.N)
+	b.StopTimer()
+	h := heapInUse()
+	b.ReportMetric(float64(int64(h)-int64(base))/float64(b.N), "heap-B/exec")
+	b.ReportMetric(float64(goruntime.NumGoroutine()-gbase), "goroutines-added")
 	if ph := os.Getenv("AIRLOCK_PROCMEM_PROFILE"); ph != "" {
 		f, _ := os.Create(ph)
 		goruntime.GC()
