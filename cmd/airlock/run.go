@@ -383,8 +383,8 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		if p.Workspace == "" {
 			break
 		}
-		if p.Runtime == policy.RuntimeGVisor {
-			return fail(exitSetup, "the workspace overlay (changes applied when the command ends) is not supported by the gvisor runtime; pass --workspace-mode live to give the sandbox the directory itself")
+		if p.Runtime == policy.RuntimeGVisor && os.Geteuid() != 0 {
+			return fail(exitSetup, "the workspace overlay (changes applied when the command ends) needs root with the gvisor runtime (airlock mounts it on the host for runsc); run as root, or pass --workspace-mode live to give the sandbox the directory itself")
 		}
 		if fi, err := os.Stat(p.Workspace); err != nil || !fi.IsDir() {
 			if err == nil {

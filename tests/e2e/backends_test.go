@@ -21,6 +21,9 @@ import (
 // again for each other backend; tests never run in parallel.
 var backend string
 
+// backendLive: runs on backend get --workspace-mode live with a workspace.
+var backendLive = true
+
 // probe is one entry of the conformance table: a test that must hold on
 // every backend, or the reason it cannot hold on some.
 type probe struct {

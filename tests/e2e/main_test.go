@@ -166,9 +166,10 @@ func baseEnv(o opts) []string {
 // command builds the airlock command; args follow the binary name.
 func command(ctx context.Context, o opts, args ...string) *exec.Cmd {
 	if backend != "" && len(args) > 0 && args[0] == "run" {
-		// The workspace overlay is native only: the conformance table
-		// gives other backends the directory itself (live).
-		if slices.Contains(args, "--workspace") || slices.Contains(args, "-w") {
+		// The conformance table gives other backends the directory
+		// itself (live); TestGVisorWorkspaceOverlay runs the overlay's
+		// tests there.
+		if backendLive && (slices.Contains(args, "--workspace") || slices.Contains(args, "-w")) {
 			args = append([]string{"run", "--workspace-mode", "live"}, args[1:]...)
 		}
 		args = append([]string{"run", "--runtime", backend}, args[1:]...)

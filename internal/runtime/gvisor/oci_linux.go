@@ -32,8 +32,8 @@ func unsupported(spec *runtime.Spec) error {
 	if !spec.Insecure.NoSeccomp && len(spec.Seccomp) == 0 {
 		return errors.New("seccomp: no filter in the spec (fix: compile the default profile, or pass --insecure-no-seccomp)")
 	}
-	if spec.WorkspaceLayer != "" {
-		return fmt.Errorf("workspace overlay (changes applied when the command ends): %w on gvisor; pass --workspace-mode live", ErrUnsupported)
+	if spec.WorkspaceLayer != "" && os.Geteuid() != 0 {
+		return fmt.Errorf("workspace overlay (changes applied when the command ends) without root: %w (airlock mounts the overlay on the host for runsc); run as root or pass --workspace-mode live", ErrUnsupported)
 	}
 	if spec.RecordExec {
 		return fmt.Errorf("the activity record (--record: seccomp user notification on exec in the sandbox's own kernel): %w; use the native runtime", ErrUnsupported)
@@ -162,7 +162,7 @@ func ociSpec(id string, spec *runtime.Spec, rootfs, workspace, etc, initPath, se
 		m = append(m, tmpfs("/workspace", orDefault(spec.Limits.Disk, defaultDisk), "mode=755"))
 	} else {
 		m = append(m, bind(workspace, "/workspace", true))
-		ph, pm, err := protect(workspace, spec.Protected)
+		ph, pm, err := protect(workspace, spec.Protected, spec.WorkspaceLayer == "")
 		b.placeholder = ph
 		if err != nil {
 			return b, fmt.Errorf("workspace protection: %w", err)
@@ -231,7 +231,11 @@ func rlimits(spec *runtime.Spec) []specs.POSIXRlimit {
 //
 // Every directory between the workspace and a protected path is pinned
 // (bound onto itself) so that it cannot be renamed away and replaced.
-func protect(ws string, paths []string) (placeholders []string, mounts []specs.Mount, _ error) {
+//
+// Over the workspace overlay (withPlaceholders false) a missing path gets
+// nothing: the sandbox may create it in its own layer, and airlock keeps
+// it aside instead of applying it (internal/workspace).
+func protect(ws string, paths []string, withPlaceholders bool) (placeholders []string, mounts []specs.Mount, _ error) {
 	pinned := map[string]bool{}
 	for _, rel := range paths {
 		clean := filepath.Clean("/" + rel)
@@ -247,6 +251,8 @@ func protect(ws string, paths []string) (placeholders []string, mounts []specs.M
 		}
 		fi, err := os.Lstat(host)
 		switch {
+		case errors.Is(err, fs.ErrNotExist) && !withPlaceholders:
+			continue
 		case errors.Is(err, fs.ErrNotExist):
 			// Missing parents are placeholders too (removed in reverse
 			// order at teardown, each only if still empty).

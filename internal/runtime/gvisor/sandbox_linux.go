@@ -197,6 +197,13 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		}
 		sb.global = append(sb.global, "--host-uds=open")
 	}
+	if spec.WorkspaceLayer != "" && ws != "" {
+		// The workspace overlay: runsc gets the merged view, the host
+		// workspace stays untouched until airlock applies the layer.
+		if ws, err = mountOverlay(dir, ws, spec.WorkspaceLayer); err != nil {
+			return nil, fmt.Errorf("workspace: %w (or pass --workspace-mode live)", err)
+		}
+	}
 	b, err := ociSpec(id, spec, rootfs, ws, etc, initPath, seccompPath, egressDir, !r.Detached)
 	if b != nil {
 		sb.placeholders = b.placeholder
@@ -534,6 +541,12 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 		}
 		for i := len(sb.placeholders) - 1; i >= 0; i-- {
 			os.Remove(sb.placeholders[i]) // only if still empty
+		}
+		if err := unmountOverlay(sb.dir); err != nil {
+			// Never remove through a mounted overlay (see
+			// unmountOverlay): the next sweep retries.
+			sb.destroyErr = err
+			return
 		}
 		sb.destroyErr = os.RemoveAll(sb.dir)
 	})
