@@ -211,10 +211,12 @@ func runAsInit(path string, argv, env []string, tty bool, sigs *forwarder) {
 		switch {
 		case err == unix.EINTR:
 		case err != nil:
-			fail(126, "wait: "+err.Error())
+			// The status pipe is closed by now: say it on stderr.
+			fmt.Fprintln(os.Stderr, "airlock init: wait:", err)
+			os.Exit(126)
 		case got == pid && ws.Signaled():
 			os.Exit(128 + int(ws.Signal()))
-		case got == pid && (ws.Exited()):
+		case got == pid && ws.Exited():
 			os.Exit(ws.ExitStatus())
 		}
 		// Anything else is an orphan reaped, or the command stopped.
