@@ -433,10 +433,6 @@ func TestWorkspaceLive(t *testing.T) {
 // gVisor backend, where airlock mounts the overlay on the host for runsc;
 // without root that is refused (exit 125, naming root and live mode) and
 // nothing is left behind, while the same run as root (the control) works.
-// TestWorkspaceOverlayOwner does not hold there, as in live mode: root in
-// a gVisor sandbox holds no capabilities and the Sentry checks the host's
-// owners (no id mapping), so a workspace owned by another user is
-// read-only inside (README, Backends).
 func TestGVisorWorkspaceOverlay(t *testing.T) {
 	need(t)
 	if why := backends()[gvisor.Name]; why != "" {
@@ -453,6 +449,7 @@ func TestGVisorWorkspaceOverlay(t *testing.T) {
 		{"Conflict", TestWorkspaceOverlayConflict},
 		{"SymlinkEscape", TestWorkspaceOverlaySymlinkEscape},
 		{"Killed", TestWorkspaceOverlayKilled},
+		{"Owner", TestWorkspaceOverlayOwner},
 		{"ApplyFailure", TestWorkspaceOverlayApplyFailure},
 	} {
 		t.Run(c.name, c.fn)
@@ -524,5 +521,54 @@ func TestWorkspaceOverlayApplyFailure(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(ws, "timed.txt")); string(got) != "t\n" {
 		t.Errorf("timed.txt = %q after a timeout", got)
+	}
+}
+
+// TestGVisorWorkspaceLiveOwner: in live mode too, a gVisor sandbox's root
+// works in a workspace owned by another user (its owner appears as root
+// inside; what root creates there belongs to that owner on the host),
+// while a file of a third user stays out of reach (the control: the
+// owner's own file, written the same way).
+func TestGVisorWorkspaceLiveOwner(t *testing.T) {
+	needRoot(t)
+	if why := backends()[gvisor.Name]; why != "" {
+		t.Skip(why)
+	}
+	ws := t.TempDir()
+	for _, f := range []struct {
+		name string
+		uid  int
+	}{{"mine.txt", 1000}, {"other.txt", 2000}} {
+		p := filepath.Join(ws, f.name)
+		if err := os.WriteFile(p, []byte("x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, f.uid, 1001); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(ws, 1000, 1001); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, opts{}, []string{"--runtime", gvisor.Name, "--workspace-mode", "live", "--workspace", ws}, "/bin/sh", "-c",
+		`mkdir d && echo n > d/new.txt && stat -c %u:%g d/new.txt && echo y >> mine.txt && echo mine=OK; echo z >> other.txt && echo other=WRITTEN || echo other=DENIED`)
+	mustOK(t, r, "live owner")
+	m := kv(r.stdout)
+	expect(t, m, "mine", "OK")
+	expect(t, m, "other", "DENIED")
+	if !strings.HasPrefix(r.stdout, "0:0\n") {
+		t.Errorf("inside, the new file is not root's\n%s", r)
+	}
+	for _, p := range []string{"d", "d/new.txt"} {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(filepath.Join(ws, p), &st); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if st.Uid != 1000 || st.Gid != 1001 {
+			t.Errorf("%s owned by %d:%d on the host, want the workspace's 1000:1001", p, st.Uid, st.Gid)
+		}
+	}
+	if got, _ := os.ReadFile(filepath.Join(ws, "other.txt")); string(got) != "x\n" {
+		t.Errorf("the third user's file changed: %q", got)
 	}
 }

@@ -197,11 +197,11 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		}
 		sb.global = append(sb.global, "--host-uds=open")
 	}
-	if spec.WorkspaceLayer != "" && ws != "" {
-		// The workspace overlay: runsc gets the merged view, the host
-		// workspace stays untouched until airlock applies the layer.
-		if ws, err = mountOverlay(dir, ws, spec.WorkspaceLayer); err != nil {
-			return nil, fmt.Errorf("workspace: %w (or pass --workspace-mode live)", err)
+	if ws != "" {
+		// Idmapped to its owner, and the overlay over it when asked
+		// (overlay_linux.go).
+		if ws, err = mountWorkspace(dir, ws, spec.WorkspaceLayer, initPath); err != nil {
+			return nil, fmt.Errorf("workspace: %w", err)
 		}
 	}
 	b, err := ociSpec(id, spec, rootfs, ws, etc, initPath, seccompPath, egressDir, !r.Detached)
@@ -542,9 +542,9 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 		for i := len(sb.placeholders) - 1; i >= 0; i-- {
 			os.Remove(sb.placeholders[i]) // only if still empty
 		}
-		if err := unmountOverlay(sb.dir); err != nil {
-			// Never remove through a mounted overlay (see
-			// unmountOverlay): the next sweep retries.
+		if err := unmountWorkspace(sb.dir); err != nil {
+			// Never remove through a workspace mount (see
+			// unmountWorkspace): the next sweep retries.
 			sb.destroyErr = err
 			return
 		}

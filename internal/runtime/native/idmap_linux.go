@@ -152,3 +152,13 @@ func detachedMount(path string, usernsFD int, readOnly bool) (*os.File, error) {
 	}
 	return os.NewFile(uintptr(fd), path), nil
 }
+
+// OwnerUserns and DetachedMount are ownerUserns and detachedMount for
+// another backend (gvisor) that idmaps a host workspace the same way.
+func OwnerUserns(exe string, owner, group uint32, hostUID, hostGID int) (*os.File, error) {
+	return ownerUserns(exe, owner, group, hostUID, hostGID)
+}
+
+func DetachedMount(path string, usernsFD int, readOnly bool) (*os.File, error) {
+	return detachedMount(path, usernsFD, readOnly)
+}
