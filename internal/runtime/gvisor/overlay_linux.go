@@ -49,32 +49,23 @@ func mountWorkspace(dir, ws, layer, exe string) (string, error) {
 	if !idmap && layer == "" {
 		return ws, nil // host root's workspace, given as it is
 	}
-	var ns *os.File
+	nsFD := -1 // the idmap's user namespace, if any
 	if idmap {
-		var err error
-		if ns, err = native.OwnerUserns(exe, st.Uid, st.Gid, 0, 0); err != nil {
+		ns, err := native.OwnerUserns(exe, st.Uid, st.Gid, 0, 0)
+		if err != nil {
 			return "", fmt.Errorf("workspace %s: %w", ws, err)
 		}
 		defer ns.Close()
+		nsFD = int(ns.Fd())
 	}
-	// attach mounts src at dir/name: idmapped (with ns) or bound as is.
+	// attach mounts a copy of the mount tree at src at dir/name,
+	// idmapped if nsFD is a namespace, read-only if asked.
 	attach := func(src, name string, readOnly bool) (string, error) {
 		dst := filepath.Join(dir, name)
 		if err := os.Mkdir(dst, 0o755); err != nil {
 			return "", err
 		}
-		if ns == nil {
-			if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
-				return "", fmt.Errorf("bind %s: %w", src, err)
-			}
-			if readOnly {
-				if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-					return "", fmt.Errorf("bind %s read-only: %w", src, err)
-				}
-			}
-			return dst, nil
-		}
-		f, err := native.DetachedMount(src, int(ns.Fd()), readOnly)
+		f, err := native.DetachedMount(src, nsFD, readOnly)
 		if err != nil {
 			return "", err
 		}
