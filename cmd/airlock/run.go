@@ -330,7 +330,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 	sigc := make(chan os.Signal, 8)
 	sigReady := make(chan struct{})
 	go func() {
-		signal.Notify(sigc, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH)
+		signal.Notify(sigc, runtime.ForwardedSignals...)
 		close(sigReady)
 	}()
 	defer func() {

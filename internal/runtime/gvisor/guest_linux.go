@@ -24,6 +24,7 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/agent"
 	"github.com/airlock-dev/airlock/internal/initbin"
+	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/seccomp"
 )
 
@@ -223,11 +224,7 @@ func runAsInit(path string, argv, env []string, tty bool, sigs *forwarder) {
 	}
 }
 
-// forwardedSignals are those `airlock run` forwards to the command
-// (Process.Signal sends them to the init).
-var forwardedSignals = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH}
-
-// forwarder catches forwardedSignals; ready is closed once all are caught.
+// forwarder catches runtime.ForwardedSignals; ready is closed once all are caught.
 type forwarder struct {
 	c     chan os.Signal
 	ready chan struct{}
@@ -236,7 +233,7 @@ type forwarder struct {
 func catchForwarded() *forwarder {
 	f := &forwarder{c: make(chan os.Signal, 32), ready: make(chan struct{})}
 	go func() {
-		signal.Notify(f.c, forwardedSignals...)
+		signal.Notify(f.c, runtime.ForwardedSignals...)
 		close(f.ready)
 	}()
 	return f
@@ -266,7 +263,7 @@ func ignoredSignals() []os.Signal {
 			unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE, unix.SIGILL, unix.SIGTRAP, unix.SIGSYS, 32, 33:
 			continue
 		}
-		if slices.Contains(forwardedSignals, os.Signal(n)) {
+		if slices.Contains(runtime.ForwardedSignals, os.Signal(n)) {
 			continue
 		}
 		out = append(out, n)
