@@ -3,11 +3,13 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -95,16 +97,31 @@ func TestPolicyRuntimeConfig(t *testing.T) {
 }
 
 // Bad runtimes are a 400 with one clear line and leave nothing on the
-// host, however often they are asked for: an unknown name, gvisor without
-// runsc (the line names the install command), gvisor with a runsc that
-// fails, and a policy feature gvisor cannot enforce (record). Controls: a
-// native sandbox on the same daemon, and (runsc installed) the same
-// requests without the feature.
+// host, however often they are asked for (issue 11: 100 failed creations,
+// no runsc state, mount, cgroup or process left): an unknown name, gvisor
+// without runsc (the line names the install command), gvisor with a runsc
+// that fails, and a policy feature gvisor cannot enforce (record).
+// Controls: a native sandbox on the same daemon, and (runsc installed) the
+// same requests without the feature.
 func TestRuntimeBadInput(t *testing.T) {
 	need(t)
-	const n = 25
+	const n = 100
+	cgroupsBefore := sandboxCgroups()
 	leftovers := func(t *testing.T, d *daemon) []string {
 		var out []string
+		for _, cg := range sandboxCgroups() {
+			if !slices.Contains(cgroupsBefore, cg) {
+				out = append(out, "cgroup: "+cg)
+			}
+		}
+		// runsc's sandbox and gofer processes name their state root.
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range procs {
+			b, err := os.ReadFile(p)
+			if err == nil && bytes.Contains(b, []byte(d.stateDir+"-gvisor")) {
+				out = append(out, "process: "+strings.ReplaceAll(string(b), "\x00", " "))
+			}
+		}
 		for _, root := range []string{d.stateDir, d.stateDir + "-gvisor"} {
 			ents, _ := os.ReadDir(root)
 			for _, e := range ents {
@@ -230,6 +247,21 @@ func TestRuntimeBadInput(t *testing.T) {
 			t.Fatalf("mounts left after the daemon stopped: %v", m)
 		}
 	})
+}
+
+// sandboxCgroups lists the sandbox cgroups on the host (cgroup v1 and v2,
+// under airlock's prefix, any parent).
+func sandboxCgroups() []string {
+	var out []string
+	for _, pat := range []string{"/sys/fs/cgroup/*/airlock*/*", "/sys/fs/cgroup/*/*/airlock*/*", "/sys/fs/cgroup/airlock*/*"} {
+		m, _ := filepath.Glob(pat)
+		for _, p := range m {
+			if fi, err := os.Stat(p); err == nil && fi.IsDir() && !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // startTwoPools starts a daemon with a pool of one for each runtime and
