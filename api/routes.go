@@ -40,7 +40,8 @@ var Routes = []Route{
 	// what is there now and ends. Streams OutputEvents until "exit".
 	{"GET", "/v1/sandboxes/{id}/processes/{pid}/output", "processOutput"},
 	// Raw body (application/octet-stream) appended to stdin; ?close=true
-	// closes stdin after it. -> 204
+	// closes stdin after it. -> 204; 409 for data to a process that has
+	// exited (an empty close of one is 204: its stdin reads no more).
 	{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", "writeStdin"},
 	{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", "signalProcess"}, // SignalRequest -> 204
 	// WebSocket; see PTYStart.

@@ -630,6 +630,13 @@ func (m *Manager) Stdin(ctx context.Context, id, pid string, r io.Reader, closeA
 		return err
 	}
 	if err := m.runningProc(sb, p); err != nil {
+		// A process that has ended reads no more: closing its stdin asks
+		// for what already is (airlock exec closes a quick command's
+		// stdin when the command may have ended), so it is no conflict.
+		// Data for it still is.
+		if closeAfter && isClosed(p.done) && emptyBody(r) {
+			return nil
+		}
 		return err
 	}
 	sw, ok := p.rp.(runtime.StdinWriter)
@@ -682,6 +689,13 @@ func (m *Manager) Stdin(ctx context.Context, id, pid string, r io.Reader, closeA
 		return sw.CloseStdin(ctx)
 	}
 	return nil
+}
+
+// emptyBody reports whether r has no byte to give.
+func emptyBody(r io.Reader) bool {
+	var b [1]byte
+	n, _ := io.ReadFull(r, b[:])
+	return n == 0
 }
 
 // turnLock is a mutex whose waiters can give up with their context.

@@ -215,6 +215,13 @@ func TestBackgroundProcess(t *testing.T) {
 	}
 	err = d.c.WriteStdin(ctx, sb.ID, cat.ID, strings.NewReader("late"), false)
 	wantCode(t, "stdin of an exited process", err, http.StatusConflict)
+	err = d.c.WriteStdin(ctx, sb.ID, cat.ID, strings.NewReader("late"), true)
+	wantCode(t, "stdin of an exited process, then close", err, http.StatusConflict)
+	// Closing it asks for nothing that is not so already: no conflict
+	// (airlock exec does it after a quick command may have ended).
+	if err := d.c.CloseStdin(ctx, sb.ID, cat.ID); err != nil {
+		t.Fatalf("close the stdin of an exited process: %v", err)
+	}
 
 	sl, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sleep", "300"}})
 	if err != nil {
