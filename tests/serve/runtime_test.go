@@ -106,6 +106,11 @@ func TestPolicyRuntimeConfig(t *testing.T) {
 func TestRuntimeBadInput(t *testing.T) {
 	need(t)
 	const n = 100
+	// Sandbox cgroups are host-wide: a new one after the failed
+	// creations is a leftover as long as nothing else makes sandboxes on
+	// the host meanwhile (the test suites run one package at a time).
+	// (A cgroup_parent of the test's own would need that parent made in
+	// every hierarchy first, with its controllers enabled on cgroup v2.)
 	cgroupsBefore := sandboxCgroups()
 	leftovers := func(t *testing.T, d *daemon) []string {
 		var out []string
