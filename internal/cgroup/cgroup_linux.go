@@ -2,6 +2,8 @@ package cgroup
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -882,6 +884,24 @@ func (c *Cgroup) readOOM() bool {
 		return n > 0
 	}
 	return kv["under_oom"] > 0
+}
+
+// CheckParent makes a sandbox cgroup under parent (see New) with memory
+// and pids limits, and removes it: a daemon configured with a parent checks
+// at start that sandboxes can be made there (the parent exists in every
+// hierarchy, with the controllers), rather than failing every creation.
+func CheckParent(parent string) error {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	cg, err := New(parent, Prefix+"/check-"+hex.EncodeToString(b[:]), Limits{Memory: 64 << 20, Pids: 64})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return cg.Destroy(ctx)
 }
 
 // ---------------------------------------------------------------- sweep

@@ -19,6 +19,9 @@ func Detect() Info { return Info{Reason: errNotSupported.Error()} }
 // New fails: cgroups are Linux only.
 func New(parent, name string, l Limits) (*Cgroup, error) { return nil, errNotSupported }
 
+// CheckParent fails: cgroups are Linux only.
+func CheckParent(parent string) error { return errNotSupported }
+
 // Sweep fails: cgroups are Linux only.
 func Sweep(parent string) (int, error) { return 0, errNotSupported }
 

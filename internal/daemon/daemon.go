@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/cgroup"
 	"github.com/airlock-dev/airlock/internal/e2b"
 	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/manager"
@@ -165,6 +166,13 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	for layer, off := range map[string]bool{"landlock": mc.Insecure.NoLandlock, "seccomp": mc.Insecure.NoSeccomp, "cgroups": mc.Insecure.NoCgroups} {
 		if off {
 			log.Warn("INSECURE: an isolation layer is off for every sandbox (configuration insecure)", "layer", layer)
+		}
+	}
+	if mc.CgroupParent != "" && !mc.Insecure.NoCgroups {
+		// Checked once here: a parent sandboxes cannot be made under
+		// would otherwise fail every creation.
+		if err := cgroup.CheckParent(mc.CgroupParent); err != nil {
+			return fmt.Errorf("config: cgroup_parent %s: %w", mc.CgroupParent, err)
 		}
 	}
 	m, err := manager.New(mc)
