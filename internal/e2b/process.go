@@ -95,7 +95,9 @@ func keepalive(h http.Header) time.Duration {
 
 func (ps *processService) List(ctx context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
 	id := sandboxOf(ctx)
-	list, err := ps.s.m.Processes(ctx, id)
+	// E2B lists running processes only: from the manager's memory,
+	// however many have ended in the sandbox.
+	running, err := ps.s.m.RunningProcesses(ctx, id)
 	if err != nil {
 		return nil, rpcErr(err)
 	}
@@ -106,9 +108,9 @@ func (ps *processService) List(ctx context.Context, req *connect.Request[pb.List
 	}
 	ps.s.mu.Unlock()
 	out := &pb.ListResponse{}
-	for _, p := range list.Processes {
+	for _, p := range running {
 		pid, ok := pidOf(p.ID)
-		if !ok || p.State != api.ProcessRunning || p.TTY && ps.s.terminal(id, p.ID) == nil {
+		if !ok || p.TTY && ps.s.terminal(id, p.ID) == nil {
 			continue
 		}
 		info := &pb.ProcessInfo{Pid: pid, Config: processConfig(p)}

@@ -516,15 +516,7 @@ func (m *Manager) Processes(ctx context.Context, id string) (api.ProcessList, er
 	if err != nil {
 		return api.ProcessList{}, err
 	}
-	sb.touch(time.Now().UTC())
-	sb.mu.Lock()
-	ps := make([]*proc, 0, len(sb.procs))
-	for _, p := range sb.procs {
-		ps = append(ps, p)
-	}
-	dropped := sb.dropped
-	sb.mu.Unlock()
-	sort.Slice(ps, func(i, j int) bool { return ps[i].rec.ID < ps[j].rec.ID })
+	ps, dropped := sb.kept()
 	out := api.ProcessList{Processes: make([]api.Process, 0, len(ps))}
 	if !dropped {
 		for _, p := range ps {
@@ -565,6 +557,40 @@ func (m *Manager) Processes(ctx context.Context, id string) (api.ProcessList, er
 		out.Processes = append(out.Processes, it.v)
 	}
 	return out, nil
+}
+
+// RunningProcesses lists the processes of sandbox id that have not
+// ended, oldest first. They are all kept whole in memory, so the store is
+// not read: the answer costs the same however many processes ended before.
+func (m *Manager) RunningProcesses(ctx context.Context, id string) ([]api.Process, error) {
+	sb, err := m.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	ps, _ := sb.kept()
+	var out []api.Process
+	for _, p := range ps {
+		if v := p.view(); v.State == api.ProcessRunning {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// kept returns the processes the sandbox keeps whole (the running ones and
+// the newest finished ones), oldest first, and whether older ones were let
+// go; as a use of the sandbox, it counts against its idle timeout.
+func (sb *Sandbox) kept() ([]*proc, bool) {
+	sb.touch(time.Now().UTC())
+	sb.mu.Lock()
+	ps := make([]*proc, 0, len(sb.procs))
+	for _, p := range sb.procs {
+		ps = append(ps, p)
+	}
+	dropped := sb.dropped
+	sb.mu.Unlock()
+	sort.Slice(ps, func(i, j int) bool { return ps[i].rec.ID < ps[j].rec.ID })
+	return ps, dropped
 }
 
 // Wait waits up to d for a process to end.
