@@ -47,12 +47,23 @@ func (c *Client) StartProcess(ctx context.Context, id string, req *api.ExecReque
 
 // ListProcesses returns the processes started in sandbox id.
 func (c *Client) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
+	return c.listProcesses(ctx, id, nil)
+}
+
+// ListProcessesIn returns the processes of sandbox id in state
+// (api.ProcessRunning or api.ProcessExited). The running ones come from
+// the daemon's memory, however many processes ended before them.
+func (c *Client) ListProcessesIn(ctx context.Context, id, state string) ([]api.Process, error) {
+	return c.listProcesses(ctx, id, url.Values{"state": {state}})
+}
+
+func (c *Client) listProcesses(ctx context.Context, id string, q url.Values) ([]api.Process, error) {
 	p, err := sandboxPath(id, "/processes")
 	if err != nil {
 		return nil, err
 	}
 	var l api.ProcessList
-	if err := c.call(ctx, http.MethodGet, p, nil, nil, &l); err != nil {
+	if err := c.call(ctx, http.MethodGet, p, q, nil, &l); err != nil {
 		return nil, err
 	}
 	return l.Processes, nil

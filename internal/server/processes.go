@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/airlock-dev/airlock/api"
@@ -49,9 +50,23 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list, err := s.m.Processes(r.Context(), id)
+	var list api.ProcessList
+	switch state := r.URL.Query().Get("state"); state {
+	case "":
+		list, err = s.m.Processes(r.Context(), id)
+	case api.ProcessRunning:
+		list.Processes, err = s.m.RunningProcesses(r.Context(), id)
+	case api.ProcessExited:
+		list, err = s.m.Processes(r.Context(), id)
+		list.Processes = slices.DeleteFunc(list.Processes, func(p api.Process) bool { return p.State != api.ProcessExited })
+	default:
+		return badRequest("state %q: want %s or %s", state, api.ProcessRunning, api.ProcessExited)
+	}
 	if err != nil {
 		return err
+	}
+	if list.Processes == nil {
+		list.Processes = []api.Process{}
 	}
 	return writeJSON(w, http.StatusOK, list)
 }

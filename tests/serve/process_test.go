@@ -494,3 +494,54 @@ func TestPTYExitDelivered(t *testing.T) {
 		}
 	}
 }
+
+// GET .../processes?state=running|exited lists the processes in that state
+// only; without it, all of them (the control); another state is a 400.
+func TestProcessListState(t *testing.T) {
+	need(t)
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, &api.CreateSandboxRequest{})
+	sl, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ended []string
+	for i := 0; i < 3; i++ {
+		r, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ended = append(ended, r.ProcessID)
+	}
+	ids := func(ps []api.Process) []string {
+		out := []string{}
+		for _, p := range ps {
+			out = append(out, p.ID)
+		}
+		return out
+	}
+	all, err := d.c.ListProcesses(ctx, sb.ID)
+	if want := append([]string{sl.ID}, ended...); err != nil || fmt.Sprint(ids(all)) != fmt.Sprint(want) {
+		t.Fatalf("all processes: %v %v, want %v", ids(all), err, want)
+	}
+	running, err := d.c.ListProcessesIn(ctx, sb.ID, api.ProcessRunning)
+	if err != nil || fmt.Sprint(ids(running)) != fmt.Sprint([]string{sl.ID}) {
+		t.Fatalf("running processes: %v %v, want [%s]", ids(running), err, sl.ID)
+	}
+	exited, err := d.c.ListProcessesIn(ctx, sb.ID, api.ProcessExited)
+	if err != nil || fmt.Sprint(ids(exited)) != fmt.Sprint(ended) {
+		t.Fatalf("exited processes: %v %v, want %v", ids(exited), err, ended)
+	}
+	_, err = d.c.ListProcessesIn(ctx, sb.ID, "zombie")
+	wantCode(t, "processes in state zombie", err, http.StatusBadRequest)
+	if err := d.c.Signal(ctx, sb.ID, sl.ID, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.c.WaitProcess(ctx, sb.ID, sl.ID, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if running, err := d.c.ListProcessesIn(ctx, sb.ID, api.ProcessRunning); err != nil || len(running) != 0 {
+		t.Fatalf("running processes after the kill: %v %v, want none", ids(running), err)
+	}
+}

@@ -31,7 +31,7 @@ OPERATIONS: Dict[str, Tuple[str, str, str, Tuple[str, ...]]] = {
     "resumeSandbox": ("resume_sandbox", "POST", "/v1/sandboxes/{id}/resume", ()),
     "exec": ("exec", "POST", "/v1/sandboxes/{id}/exec", ()),
     "startProcess": ("start_process", "POST", "/v1/sandboxes/{id}/processes", ()),
-    "listProcesses": ("list_processes", "GET", "/v1/sandboxes/{id}/processes", ()),
+    "listProcesses": ("list_processes", "GET", "/v1/sandboxes/{id}/processes", ("state",)),
     "getProcess": ("get_process", "GET", "/v1/sandboxes/{id}/processes/{pid}", ()),
     "waitProcess": ("wait_process", "GET", "/v1/sandboxes/{id}/processes/{pid}/wait", ("timeout_seconds",)),
     "processOutput": ("process_output", "GET", "/v1/sandboxes/{id}/processes/{pid}/output", ("cursor", "follow")),
@@ -315,8 +315,10 @@ class Client:
         req = self._exec_request(cmd, env, cwd, timeout_seconds, stdin, max_output_bytes)
         return models.Process.from_dict(self._json("startProcess", {"id": id}, None, req.to_dict()))
 
-    def list_processes(self, id: str) -> models.ProcessList:
-        return models.ProcessList.from_dict(self._json("listProcesses", {"id": id}))
+    def list_processes(self, id: str, state: Optional[str] = None) -> models.ProcessList:
+        """The sandbox's processes; state "running" or "exited" keeps those only
+        (the running ones come from the daemon's memory, however many ended)."""
+        return models.ProcessList.from_dict(self._json("listProcesses", {"id": id}, {"state": state}))
 
     def get_process(self, id: str, pid: str) -> models.Process:
         return models.Process.from_dict(self._json("getProcess", {"id": id, "pid": pid}))

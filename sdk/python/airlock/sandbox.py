@@ -269,8 +269,9 @@ class Sandbox:
         """A process by id, to reattach to its output from cursor."""
         return Process(self.client, self.id, self.client.get_process(self.id, pid), cursor)
 
-    def processes(self) -> List[Process]:
-        return [Process(self.client, self.id, p) for p in self.client.list_processes(self.id).processes]
+    def processes(self, state: Optional[str] = None) -> List[Process]:
+        """The sandbox's processes; state "running" or "exited" keeps those only."""
+        return [Process(self.client, self.id, p) for p in self.client.list_processes(self.id, state).processes]
 
     def pty(self, cmd: Argv = ("sh",), *, cols: int = 80, rows: int = 24, env: Optional[Mapping[str, str]] = None,
             cwd: Optional[str] = None, timeout: Optional[float] = None) -> PTYSession:

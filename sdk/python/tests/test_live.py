@@ -165,6 +165,8 @@ class ExecTest(Live):
         p = sb.spawn("echo one; read x; echo got $x; echo two >&2; exit 3")
         self.assertEqual(p.info.state, "running")
         self.assertIn(p.id, [q.id for q in sb.processes()])
+        self.assertIn(p.id, [q.id for q in sb.processes(state="running")])
+        self.assertNotIn(p.id, [q.id for q in sb.processes(state="exited")])
         p.write("line\n", close=True)
         out = list(p.stream())
         self.assertEqual(b"".join(d for s, d in out if s == "stdout"), b"one\ngot line\n")

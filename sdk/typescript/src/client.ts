@@ -97,7 +97,7 @@ export const SENT_QUERY: { readonly [K in M.OperationId]: readonly string[] } = 
   resumeSandbox: [],
   exec: [],
   startProcess: [],
-  listProcesses: [],
+  listProcesses: ["state"],
   getProcess: [],
   waitProcess: ["timeout_seconds"],
   processOutput: ["cursor", "follow"],
@@ -342,8 +342,10 @@ export class Airlock {
     return this.t.json({ method: "POST", path: sbPath(id, "/processes"), json: this.execBody(argv, opts), signal: opts.signal, timeoutMs: opts.timeoutMs });
   }
 
-  async listProcesses(id: string, opts: CallOptions = {}): Promise<M.ProcessList> {
-    return this.t.json({ method: "GET", path: sbPath(id, "/processes"), ...opts });
+  /** The sandbox's processes; with state "running" or "exited", those only (the running ones come from the daemon's memory, however many ended). */
+  async listProcesses(id: string, opts: CallOptions & { state?: M.Process["state"] } = {}): Promise<M.ProcessList> {
+    const { state, ...call } = opts;
+    return this.t.json({ method: "GET", path: sbPath(id, "/processes"), query: query("listProcesses", { state }), ...call });
   }
 
   async getProcess(id: string, pid: string, opts: CallOptions = {}): Promise<M.Process> {

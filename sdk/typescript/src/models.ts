@@ -1156,7 +1156,7 @@ export const OPERATIONS = {
   resumeSandbox: { method: "POST", path: "/v1/sandboxes/{id}/resume", query: [], body: null },
   exec: { method: "POST", path: "/v1/sandboxes/{id}/exec", query: [], body: "application/json" },
   startProcess: { method: "POST", path: "/v1/sandboxes/{id}/processes", query: [], body: "application/json" },
-  listProcesses: { method: "GET", path: "/v1/sandboxes/{id}/processes", query: [], body: null },
+  listProcesses: { method: "GET", path: "/v1/sandboxes/{id}/processes", query: ["state"], body: null },
   getProcess: { method: "GET", path: "/v1/sandboxes/{id}/processes/{pid}", query: [], body: null },
   waitProcess: { method: "GET", path: "/v1/sandboxes/{id}/processes/{pid}/wait", query: ["timeout_seconds"], body: null },
   processOutput: { method: "GET", path: "/v1/sandboxes/{id}/processes/{pid}/output", query: ["cursor","follow"], body: null },

@@ -91,7 +91,8 @@ export class Sandbox {
   }
 
   /** The processes started in the sandbox. */
-  async processes(opts: CallOptions = {}): Promise<Process[]> {
+  /** The sandbox's processes; with state "running" or "exited", those only. */
+  async processes(opts: CallOptions & { state?: M.Process["state"] } = {}): Promise<Process[]> {
     return (await this.client.listProcesses(this.id, opts)).processes.map((p) => new Process(this.client, p));
   }
 

@@ -100,6 +100,8 @@ test("background process: streamed output, stdin, wait, and reattaching by curso
   const sse = await collect(c.processOutput(sb.id, p.id, { sse: true }));
   assert.equal(Buffer.concat(sse.filter((e) => e.kind === "stdout").map((e) => e.data)).toString(), "first\ngot:line1\n");
   assert.ok((await sb.processes()).some((x) => x.id === p.id));
+  assert.ok((await sb.processes({ state: "exited" })).some((x) => x.id === p.id));
+  assert.ok(!(await sb.processes({ state: "running" })).some((x) => x.id === p.id));
   await assert.rejects(sb.process("p999999"), NotFoundError);
 });
 
