@@ -9,11 +9,15 @@ import (
 	"github.com/airlock-dev/airlock/api"
 )
 
-// startMany starts the given long-running processes first, then runs n
-// quick commands to their end, in a sandbox of m that keeps only 5
-// finished processes whole (the rest from the store).
-func startMany(t testing.TB, m *Manager, long, n int) (string, []string) {
+// startMany makes a manager that keeps only 5 finished processes of a
+// sandbox whole (the rest from the store) and a sandbox in it, starts long
+// long-running processes there, then runs n quick commands to their end.
+func startMany(t testing.TB, long, n int) (*Manager, string, []string) {
 	t.Helper()
+	keep := keepFinishedProcs
+	t.Cleanup(func() { keepFinishedProcs = keep })
+	keepFinishedProcs = 5
+	m := liveManager(t)
 	ctx := context.Background()
 	sbv, err := m.Create(ctx, &api.CreateSandboxRequest{})
 	if err != nil {
@@ -33,18 +37,15 @@ func startMany(t testing.TB, m *Manager, long, n int) (string, []string) {
 			t.Fatalf("exec %d: %v %+v", i, err, r)
 		}
 	}
-	return sbv.ID, running
+	return m, sbv.ID, running
 }
 
 // RunningProcesses lists exactly the processes that have not ended, from
 // memory, however many ended before (most of them only in the store);
 // Processes, the control, lists them all.
 func TestRunningProcesses(t *testing.T) {
-	defer func(n int) { keepFinishedProcs = n }(keepFinishedProcs)
-	keepFinishedProcs = 5
-	m := liveManager(t)
+	m, id, running := startMany(t, 2, 30)
 	ctx := context.Background()
-	id, running := startMany(t, m, 2, 30)
 	ids := func(ps []api.Process) string {
 		var out []string
 		for _, p := range ps {
@@ -80,11 +81,8 @@ func TestRunningProcesses(t *testing.T) {
 // reads the store), and the running ones only (RunningProcesses, what the
 // E2B API's list answers).
 func BenchmarkProcessList(b *testing.B) {
-	defer func(n int) { keepFinishedProcs = n }(keepFinishedProcs)
-	keepFinishedProcs = 5
-	m := liveManager(b)
+	m, id, _ := startMany(b, 1, 1000)
 	ctx := context.Background()
-	id, _ := startMany(b, m, 1, 1000)
 	b.Run("all", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			if l, err := m.Processes(ctx, id); err != nil || len(l.Processes) != 1001 {
