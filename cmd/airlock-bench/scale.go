@@ -32,7 +32,9 @@ import (
 //   - `airlock run -- /bin/true`, wall and CPU (user+sys of the whole
 //     command), next to bwrap's in the same moment;
 //   - create -> first exec of `true` from the daemon's warm pool (then the
-//     sandbox is deleted and the pool refilled before the next sample);
+//     sandbox is deleted and the pool refilled before the next sample),
+//     and the same for a sandbox made on request (cold: the daemon forks
+//     its init, with its heap as large as the level makes it);
 //   - the exec round trip of `true` in one running sandbox;
 //
 // and, before those, memory per idle sandbox: the drop in MemAvailable
@@ -157,7 +159,7 @@ func parseLevels(s string) ([]int, error) {
 type scaleResult struct {
 	level                  int
 	run, runCPU, bw, bwCPU []float64
-	warm, rtt              []float64
+	warm, cold, rtt        []float64
 	mem                    memPerSandbox
 	// usedPss is the PSS (MiB) of the exec target's agent after this
 	// level's rounds and a quiet moment: an idle sandbox that has run
@@ -290,6 +292,22 @@ func scaleLevels(ctx context.Context, d *benchDaemon, levels []int, n, workers i
 			if err := waitPool(); err != nil {
 				return out, err
 			}
+			// Cold: a named policy, which no pool serves.
+			t0 = time.Now()
+			sb, err = c.CreateSandbox(ctx, &api.CreateSandboxRequest{PolicyName: "idle"})
+			if err != nil {
+				return out, fmt.Errorf("cold create: %w", err)
+			}
+			ex, err = c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}})
+			cold := float64(time.Since(t0).Microseconds()) / 1000
+			c.DeleteSandbox(ctx, sb.ID)
+			if err == nil && ex.ExitCode != 0 {
+				err = fmt.Errorf("true exited %d", ex.ExitCode)
+			}
+			if err != nil {
+				return out, fmt.Errorf("cold exec: %w", err)
+			}
+			res.cold = append(res.cold, cold)
 			for k := 0; k < 3; k++ {
 				t0 := time.Now()
 				if _, err := c.Exec(ctx, target.ID, &api.ExecRequest{Argv: []string{"true"}}); err != nil {
@@ -572,6 +590,7 @@ func printScale(res []scaleResult, n int, diskQuota string, haveBwrap bool) {
 		ratio("run / bwrap CPU (medians)", func(r scaleResult) []float64 { return r.runCPU }, func(r scaleResult) []float64 { return r.bwCPU })
 	}
 	lat("create -> first exec, warm pool (SDK)", func(r scaleResult) []float64 { return r.warm })
+	lat("create -> first exec, cold (SDK)", func(r scaleResult) []float64 { return r.cold })
 	lat("exec round trip of `true` (SDK)", func(r scaleResult) []float64 { return r.rtt })
 	mib("host memory per idle sandbox (MemAvailable drop / n)", func(r scaleResult) float64 { return r.mem.host })
 	mib("of which the daemon's RSS growth / n", func(r scaleResult) float64 { return r.mem.daemon })

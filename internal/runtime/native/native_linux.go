@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/airlock-dev/airlock/internal/initbin"
 	"net"
 	"os"
 	"path/filepath"
@@ -31,8 +30,10 @@ import (
 	"github.com/airlock-dev/airlock/internal/agent"
 	"github.com/airlock-dev/airlock/internal/cgroup"
 	"github.com/airlock-dev/airlock/internal/errdefs"
+	"github.com/airlock-dev/airlock/internal/initbin"
 	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/spawn"
 	"github.com/airlock-dev/airlock/internal/uidpool"
 )
 
@@ -304,7 +305,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	t0 := time.Now()
 	var pid int
 	if rootless {
-		pid, err = syscall.ForkExec(exe, []string{"airlock", InitArg}, attr)
+		pid, err = spawn.ForkExec(exe, []string{"airlock", InitArg}, attr)
 	} else {
 		var in *cgroup.Cgroup
 		if threadIn {
@@ -526,9 +527,11 @@ func releaseLease(lease *uidpool.Lease, stateDir string) {
 // namespace, which maps ids 0 to n-1 inside to uid and gid and up on the
 // host, with the control channel as fd 3 and /dev/null as stdio. As root
 // the init starts with no supplementary groups; rootless it cannot drop
-// them (setgroups is denied). syscall.ForkExec rather than os/exec: it
-// needs no pidfd probe (a throwaway fork on first use) and hands back a
-// pidfd, so the init can be signalled without racing pid reuse.
+// them (setgroups is denied). Started by spawn.ForkExec (syscall.ForkExec's
+// semantics, without copying this process's memory: a daemon's heap made
+// that the slowest step of a creation) rather than os/exec: it needs no
+// pidfd probe (a throwaway fork on first use) and hands back a pidfd, so
+// the init can be signalled without racing pid reuse.
 func initAttr(uid, gid, n int, rootless bool, control *os.File) *syscall.ProcAttr {
 	null := devNull().Fd()
 	return &syscall.ProcAttr{

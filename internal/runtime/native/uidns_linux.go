@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/internal/cgroup"
+	"github.com/airlock-dev/airlock/internal/spawn"
 	"github.com/airlock-dev/airlock/internal/uidpool"
 )
 
@@ -39,7 +40,7 @@ func (r *Runtime) pool() (uidpool.Pool, error) {
 // uid leaves 0.
 const secbitNoSetuidFixup = 1 << 2
 
-// forkOwned is syscall.ForkExec for the sandbox's init, made by a thread
+// forkOwned is spawn.ForkExec for the sandbox's init, made by a thread
 // whose effective uid and gid are uid and gid while it clones, so that the
 // new user namespace is owned by uid. The thread keeps its capabilities
 // meanwhile (SECBIT_NO_SETUID_FIXUP), which writing the id maps needs, and
@@ -107,7 +108,7 @@ func forkOwnedLocked(exe string, argv []string, attr *syscall.ProcAttr, uid, gid
 		}
 		done++
 	}
-	pid, err = syscall.ForkExec(exe, argv, attr)
+	pid, err = spawn.ForkExec(exe, argv, attr)
 	return pid, true, err
 }
 
