@@ -395,3 +395,84 @@ func TestPoolBlankClone(t *testing.T) {
 		t.Errorf("the blank survived a new Open: %v", err)
 	}
 }
+
+// Space reuses what it measured of an image that has not changed, and
+// measures again one that was written to or cloned from; each figure is
+// the one measuring every image afresh gives (the control).
+func TestSpaceReusesMeasurements(t *testing.T) {
+	vs, _ := openPool(t)
+	var vols []*Volume
+	for _, name := range []string{"a", "b", "c"} {
+		v, err := vs.Create(name, 64<<20, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { v.Remove() })
+		vols = append(vols, v)
+	}
+	// The control: every image measured now, nothing reused.
+	fresh := func() int64 {
+		t.Helper()
+		var promised int64
+		for _, v := range vols {
+			var st unix.Stat_t
+			if err := unix.Stat(v.Image, &st); err != nil {
+				t.Fatal(err)
+			}
+			held, err := exclusiveBytes(v.Image)
+			if err != nil {
+				t.Fatal(err)
+			}
+			promised += st.Size - held
+		}
+		return promised
+	}
+	space := func(what string, newMaps int) {
+		t.Helper()
+		before := vs.held.maps
+		_, promised, n, err := vs.Space()
+		if err != nil || n != 3 {
+			t.Fatalf("%s: Space: %d volumes, %v", what, n, err)
+		}
+		if want := fresh(); promised != want {
+			t.Fatalf("%s: promised %d, measured afresh %d", what, promised, want)
+		}
+		if got := vs.held.maps - before; got != newMaps {
+			t.Fatalf("%s: %d images measured, want %d", what, got, newMaps)
+		}
+	}
+	time.Sleep(2 * heldQuiet) // the images are quiet now
+	space("first", 3)
+	space("nothing changed", 0)
+
+	// 8 MiB written into a, to its image.
+	data := bytes.Repeat([]byte{1}, 8<<20)
+	if err := os.WriteFile(filepath.Join(vols[0].Path, "f"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	syncVolume(t, vols[0].Path)
+	space("a written", 1)
+	time.Sleep(2 * heldQuiet)
+	space("a quiet again", 1) // measured while it had just changed: not reused
+	space("a reused", 0)
+
+	// A snapshot of b shares b's blocks: every image is measured again.
+	if _, _, err := vs.Snapshot("b", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vs.RemoveSnapshot("s1") })
+	space("after a snapshot", 3)
+}
+
+// syncVolume writes a mounted volume's data through to its image.
+func syncVolume(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		t.Fatal(err)
+	}
+}

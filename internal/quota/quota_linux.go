@@ -29,6 +29,7 @@ type Volumes struct {
 	cowInfo  string
 	pool     string
 	poolFile string // the pool file of the options, mounted or not
+	held     heldCache
 }
 
 // Open prepares dir (created if missing, mode 0711) for volumes of the
@@ -196,8 +197,11 @@ func (vs *Volumes) create(name string, size int64, uid, gid int, checkReserve bo
 		}
 	}
 	// mkfs made lost+found; the volume is a sandbox's empty workspace.
-	if err := os.Remove(filepath.Join(v.Path, "lost+found")); err != nil && !os.IsNotExist(err) {
-		return nil, err
+	// (A clone's blank had it removed once: removeLostFound.)
+	if !cloned {
+		if err := os.Remove(filepath.Join(v.Path, "lost+found")); err != nil && !os.IsNotExist(err) {
+			return nil, err
+		}
 	}
 	return v, nil
 }
@@ -275,7 +279,11 @@ func (vs *Volumes) Space() (free, promised int64, n int, err error) {
 	if err != nil {
 		return 0, 0, 0, err
 	}
+	gen := vs.held.generation()
+	seen := make(map[string]bool, len(entries))
+	defer vs.held.keepOnly(seen)
 	for _, e := range entries {
+		seen[filepath.Join(vs.dir, e.Name())] = true
 		if !strings.HasSuffix(e.Name(), ".img") {
 			continue
 		}
@@ -286,9 +294,7 @@ func (vs *Volumes) Space() (free, promised int64, n int, err error) {
 		n++
 		held := fst.Blocks * 512
 		if vs.cow {
-			if held, err = exclusiveBytes(filepath.Join(vs.dir, e.Name())); err != nil {
-				held = 0 // promise it all
-			}
+			held = vs.held.exclusive(filepath.Join(vs.dir, e.Name()), &fst, gen)
 		}
 		if rest := fst.Size - held; rest > 0 {
 			promised += rest
