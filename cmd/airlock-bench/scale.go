@@ -133,6 +133,26 @@ pools:
 	return 0
 }
 
+// createExecMs creates a sandbox, runs `true` in it and deletes it: the
+// milliseconds from the request to the exec's answer.
+func createExecMs(ctx context.Context, c *client.Client, req *api.CreateSandboxRequest) (float64, error) {
+	t0 := time.Now()
+	sb, err := c.CreateSandbox(ctx, req)
+	if err != nil {
+		return 0, fmt.Errorf("create: %w", err)
+	}
+	ex, err := c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}})
+	ms := float64(time.Since(t0).Microseconds()) / 1000
+	c.DeleteSandbox(ctx, sb.ID)
+	if err == nil && ex.ExitCode != 0 {
+		err = fmt.Errorf("true exited %d", ex.ExitCode)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("exec: %w", err)
+	}
+	return ms, nil
+}
+
 // scalePool is the size of the daemon's warm pool (the warm create row).
 const scalePool = 4
 
@@ -274,38 +294,18 @@ func scaleLevels(ctx context.Context, d *benchDaemon, levels []int, n, workers i
 			if err := waitPool(); err != nil {
 				return out, err
 			}
-			t0 := time.Now()
-			sb, err := c.CreateSandbox(ctx, &api.CreateSandboxRequest{})
+			warm, err := createExecMs(ctx, c, &api.CreateSandboxRequest{})
 			if err != nil {
-				return out, fmt.Errorf("warm create: %w", err)
-			}
-			ex, err := c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}})
-			warm := float64(time.Since(t0).Microseconds()) / 1000
-			c.DeleteSandbox(ctx, sb.ID)
-			if err == nil && ex.ExitCode != 0 {
-				err = fmt.Errorf("true exited %d", ex.ExitCode)
-			}
-			if err != nil {
-				return out, fmt.Errorf("warm exec: %w", err)
+				return out, fmt.Errorf("warm %w", err)
 			}
 			res.warm = append(res.warm, warm)
 			if err := waitPool(); err != nil {
 				return out, err
 			}
 			// Cold: a named policy, which no pool serves.
-			t0 = time.Now()
-			sb, err = c.CreateSandbox(ctx, &api.CreateSandboxRequest{PolicyName: "idle"})
+			cold, err := createExecMs(ctx, c, &api.CreateSandboxRequest{PolicyName: "idle"})
 			if err != nil {
-				return out, fmt.Errorf("cold create: %w", err)
-			}
-			ex, err = c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}})
-			cold := float64(time.Since(t0).Microseconds()) / 1000
-			c.DeleteSandbox(ctx, sb.ID)
-			if err == nil && ex.ExitCode != 0 {
-				err = fmt.Errorf("true exited %d", ex.ExitCode)
-			}
-			if err != nil {
-				return out, fmt.Errorf("cold exec: %w", err)
+				return out, fmt.Errorf("cold %w", err)
 			}
 			res.cold = append(res.cold, cold)
 			for k := 0; k < 3; k++ {
