@@ -183,9 +183,13 @@ func gvisorServeRows(al string, n, idle int) {
 	latencyRow("gvisor: exec round trip of true (SDK)", rtt, "")
 	latencyRow("reference: runsc exec <sandbox> /bin/true", runscRTT, "")
 	fmt.Printf("\nratio (median): gvisor exec round trip / runsc exec = %.2f (target <= 0.5)\n", median(sorted(rtt))/median(sorted(runscRTT)))
+	if idle == 0 {
+		fmt.Println("memory per idle gvisor sandbox: not measured (-gvisor-idle 0)")
+		return
+	}
 	fmt.Printf("memory per idle gvisor sandbox over %d sandboxes:\n", idle)
 	fmt.Printf("  host total (MemAvailable drop / n)           %8.2f MiB\n", float64(avail0-avail1)/float64(idle)/1024)
-	fmt.Printf("  PSS of its host processes (Sentry with the agent, Gofer, stubs), mean %6.2f MiB\n", pss/float64(max(idle, 1))/1024)
+	fmt.Printf("  PSS of its host processes (Sentry with the agent, Gofer, stubs), mean %6.2f MiB\n", pss/float64(idle)/1024)
 }
 
 // cgroupPss sums the PSS (KiB) of the processes in the sandbox's cgroups
