@@ -793,6 +793,13 @@ func (c *cleanup) run() {
 // sandboxes share no state but the host; this lock only serialises sweeps.
 var sweepMu sync.Mutex
 
+// lastSweep is when this process last swept each state root (sweepMu).
+var lastSweep = map[string]time.Time{}
+
+// sweepEvery is the least time between two sweeps of a root by one
+// process.
+const sweepEvery = time.Second
+
 // warmJSON builds encoding/json's encoders of the init's setup and of the
 // control channel's messages, once per process, on a goroutine of its own:
 // the first Marshal of each type builds them (about 0.4 and 0.2 ms), which
