@@ -107,9 +107,14 @@ func TestAdoptAfterSupervisorDeath(t *testing.T) {
 	rt := privateRuntime(t)
 	rt.Detached = true
 	id := runDetachedChild(t, rt.StateRoot, true)
-	// A failing test must not leave a detached sandbox running.
+	// A failing test must not leave a detached sandbox running: the
+	// adopted sandbox is destroyed (the agent takes one supervisor at a
+	// time, so adopting it again would fail while it is held).
+	var adopted runtime.Sandbox
 	t.Cleanup(func() {
-		if sb, _, err := rt.Adopt(context.Background(), id); err == nil {
+		if adopted != nil {
+			adopted.Destroy(context.Background())
+		} else if sb, _, err := rt.Adopt(context.Background(), id); err == nil {
 			sb.Destroy(context.Background())
 		}
 	})
@@ -118,6 +123,7 @@ func TestAdoptAfterSupervisorDeath(t *testing.T) {
 	if err != nil {
 		t.Fatalf("adopt: %v", err)
 	}
+	adopted = sb
 	if len(state.Running) != 2 || state.MaxID != 2 {
 		t.Fatalf("agent state after adoption: %+v, want the sleeping and the captured process", state)
 	}
