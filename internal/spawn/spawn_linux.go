@@ -87,9 +87,6 @@ type childProg struct {
 	args  cloneArgs
 }
 
-// stepNames name the steps in errors.
-type stepNames []string
-
 const childStack = 16 << 10
 
 // disabled is set once clone3 or CLONE_CLEAR_SIGHAND is refused here.
@@ -232,7 +229,7 @@ func forkExec(argv0 string, argv []string, attr *syscall.ProcAttr) (pid int, err
 	// for these attributes.
 	prog := new(childProg)
 	var steps []step
-	var names stepNames
+	var names []string // the steps', in errors
 	add := func(name string, mode, want, nr uintptr, a ...uintptr) {
 		st := step{nr: nr, want: want, mode: mode}
 		copy(st.a[:], a)
@@ -286,14 +283,9 @@ func forkExec(argv0 string, argv []string, attr *syscall.ProcAttr) (pid int, err
 	if err != nil {
 		return 0, fmt.Errorf("child stack: %w", err), false
 	}
-	unmapped := false
-	unmap := func() {
-		if !unmapped {
-			unix.Munmap(stack)
-			unmapped = true
-		}
-	}
-	defer unmap()
+	// Unmapped once the child has executed or been reaped (the deferred
+	// calls run after fail's wait).
+	defer unix.Munmap(stack)
 	prog.pidfd = -1
 	args := &prog.args
 	*args = cloneArgs{
@@ -376,7 +368,7 @@ func forkExec(argv0 string, argv []string, attr *syscall.ProcAttr) (pid int, err
 	if got == len(rep) {
 		i := *(*uintptr)(unsafe.Pointer(&rep[0]))
 		res := *(*uintptr)(unsafe.Pointer(&rep[8]))
-		return fail(names.err(i, res, mode(steps, i)))
+		return fail(stepError(steps, names, i, res))
 	}
 	if got != 0 {
 		return fail(errors.New("start the process: the child's error report was cut short"))
@@ -410,27 +402,21 @@ func (f *fdSet) closeAll() {
 	*f = nil
 }
 
-func mode(steps []step, i uintptr) uintptr {
-	if i < uintptr(len(steps)) {
-		return steps[i].mode
-	}
-	return mustSucceed
-}
-
-// err describes the failure of step i with result res. An execve failure
-// is its errno alone, as syscall.ForkExec reports it.
-func (n stepNames) err(i, res, mode uintptr) error {
-	if i >= uintptr(len(n)) {
+// stepError describes the failure the child reported: step i (named
+// names[i]) with result res. An execve failure is its errno alone, as
+// syscall.ForkExec reports it.
+func stepError(steps []step, names []string, i, res uintptr) error {
+	if i >= uintptr(len(steps)) {
 		return fmt.Errorf("start the process: the child failed past its last step")
 	}
-	if mode == mustSucceed {
-		e := syscall.Errno(-int(res))
-		if n[i] == "execve" {
-			return e
-		}
-		return fmt.Errorf("start the process: %s: %w", n[i], e)
+	if steps[i].mode == mustEqual {
+		return fmt.Errorf("start the process: %s: unexpected result %d", names[i], int(res))
 	}
-	return fmt.Errorf("start the process: %s: unexpected result %d", n[i], int(res))
+	e := syscall.Errno(-int(res))
+	if steps[i].nr == unix.SYS_EXECVE {
+		return e
+	}
+	return fmt.Errorf("start the process: %s: %w", names[i], e)
 }
 
 // writeMaps writes the child's uid map, setgroups and gid map as
