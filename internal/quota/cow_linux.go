@@ -700,7 +700,6 @@ type heldEntry struct {
 	mtime, ctime      unix.Timespec
 	gen               uint64
 	held              int64
-	trusted           bool // the image was quiet for heldQuiet before
 }
 
 // heldQuiet is how long an image must have gone unmodified before its
@@ -727,7 +726,7 @@ func (c *heldCache) exclusive(path string, st *unix.Stat_t, gen uint64) int64 {
 	c.mu.Lock()
 	e, ok := c.entries[path]
 	c.mu.Unlock()
-	if ok && e.trusted && e.gen == gen && e.ino == int64(st.Ino) && e.size == st.Size && e.blocks == st.Blocks &&
+	if ok && e.gen == gen && e.ino == int64(st.Ino) && e.size == st.Size && e.blocks == st.Blocks &&
 		e.mtime == st.Mtim && e.ctime == st.Ctim {
 		return e.held
 	}
@@ -736,15 +735,18 @@ func (c *heldCache) exclusive(path string, st *unix.Stat_t, gen uint64) int64 {
 	if err != nil {
 		return 0
 	}
-	quiet := now.Sub(time.Unix(st.Mtim.Unix())) > heldQuiet && now.Sub(time.Unix(st.Ctim.Unix())) > heldQuiet
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.maps++
-	if c.entries == nil {
-		c.entries = map[string]heldEntry{}
+	// Kept only if the image was quiet before the measurement.
+	if now.Sub(time.Unix(st.Mtim.Unix())) > heldQuiet && now.Sub(time.Unix(st.Ctim.Unix())) > heldQuiet {
+		if c.entries == nil {
+			c.entries = map[string]heldEntry{}
+		}
+		c.entries[path] = heldEntry{ino: int64(st.Ino), size: st.Size, blocks: st.Blocks, mtime: st.Mtim, ctime: st.Ctim, gen: gen, held: held}
+	} else {
+		delete(c.entries, path)
 	}
-	c.entries[path] = heldEntry{ino: int64(st.Ino), size: st.Size, blocks: st.Blocks, mtime: st.Mtim, ctime: st.Ctim,
-		gen: gen, held: held, trusted: quiet}
 	return held
 }
 
