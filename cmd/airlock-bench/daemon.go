@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
 )
 
@@ -174,4 +175,28 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// createExecMs creates a sandbox, runs `true` in it and deletes it: the
+// milliseconds from the request to the exec's answer (the deletion is not
+// timed, but its failure is an error).
+func createExecMs(ctx context.Context, c *client.Client, req *api.CreateSandboxRequest) (float64, error) {
+	t0 := time.Now()
+	sb, err := c.CreateSandbox(ctx, req)
+	if err != nil {
+		return 0, fmt.Errorf("create: %w", err)
+	}
+	ex, err := c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}})
+	ms := float64(time.Since(t0).Microseconds()) / 1000
+	derr := c.DeleteSandbox(ctx, sb.ID)
+	if err == nil && ex.ExitCode != 0 {
+		err = fmt.Errorf("true exited %d", ex.ExitCode)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("exec: %w", err)
+	}
+	if derr != nil {
+		return 0, fmt.Errorf("delete: %w", derr)
+	}
+	return ms, nil
 }

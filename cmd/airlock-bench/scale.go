@@ -133,26 +133,6 @@ pools:
 	return 0
 }
 
-// createExecMs creates a sandbox, runs `true` in it and deletes it: the
-// milliseconds from the request to the exec's answer.
-func createExecMs(ctx context.Context, c *client.Client, req *api.CreateSandboxRequest) (float64, error) {
-	t0 := time.Now()
-	sb, err := c.CreateSandbox(ctx, req)
-	if err != nil {
-		return 0, fmt.Errorf("create: %w", err)
-	}
-	ex, err := c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}})
-	ms := float64(time.Since(t0).Microseconds()) / 1000
-	c.DeleteSandbox(ctx, sb.ID)
-	if err == nil && ex.ExitCode != 0 {
-		err = fmt.Errorf("true exited %d", ex.ExitCode)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("exec: %w", err)
-	}
-	return ms, nil
-}
-
 // scalePool is the size of the daemon's warm pool (the warm create row).
 const scalePool = 4
 

@@ -93,19 +93,6 @@ func runServe(args []string) int {
 		logf("%s: %v\n%s", what, err, daemon.log.String())
 		return 1
 	}
-	createExec := func(policy string) (float64, string, error) {
-		t0 := time.Now()
-		sb, err := c.CreateSandbox(ctx, &api.CreateSandboxRequest{PolicyName: policy})
-		if err != nil {
-			return 0, "", err
-		}
-		res, err := c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}})
-		d := float64(time.Since(t0).Microseconds()) / 1000
-		if err == nil && res.ExitCode != 0 {
-			err = fmt.Errorf("true exited %d", res.ExitCode)
-		}
-		return d, sb.ID, err
-	}
 	// Latencies, interleaved: warm, cold, one-shot airlock run, bwrap.
 	var warm, cold, oneshot, bw, rtt []float64
 	r := &runner{}
@@ -117,16 +104,14 @@ func runServe(args []string) int {
 	bwArgv := []string{*bwrapPath, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev", "/bin/true"}
 	for i := -1; i < *n; i++ {
 		waitPool()
-		d, id, err := createExec("")
+		d, err := createExecMs(ctx, c, &api.CreateSandboxRequest{})
 		if err != nil {
 			return fail("warm create+exec", err)
 		}
-		c.DeleteSandbox(ctx, id)
-		d2, id2, err := createExec("cold")
+		d2, err := createExecMs(ctx, c, &api.CreateSandboxRequest{PolicyName: "cold"})
 		if err != nil {
 			return fail("cold create+exec", err)
 		}
-		c.DeleteSandbox(ctx, id2)
 		d3, _, err := r.run([]string{al, "run", "--", "/bin/true"})
 		if err != nil {
 			return fail("airlock run", err)
@@ -201,10 +186,7 @@ func runServe(args []string) int {
 				defer wg.Done()
 				for time.Now().Before(stop) {
 					c0 := time.Now()
-					_, id, err := createExec(policy)
-					if err == nil {
-						err = c.DeleteSandbox(ctx, id)
-					}
+					_, err := createExecMs(ctx, c, &api.CreateSandboxRequest{PolicyName: policy})
 					if err != nil {
 						firstErr.CompareAndSwap(nil, err)
 						return
