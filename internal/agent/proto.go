@@ -53,7 +53,8 @@ const (
 // 1: no framed content (FileRequest.Framed).
 // 2: no exclusive mkdir (FileRequest.Excl), and a mkdir or rename answers
 // without the Stat of what it made.
-const Version = 3
+// 3: no output with the exit (ExecRequest.Collect is ignored).
+const Version = 4
 
 // File operations.
 const (
@@ -322,9 +323,16 @@ type ExecRequest struct {
 	// an attached reader's first read (see ReadRequest.Reader), or
 	// HoldGrace, so that a reader that attaches right after the start
 	// misses nothing.
-	Hold bool   `json:"hold,omitempty"`
-	Rows uint16 `json:"rows,omitempty"`
-	Cols uint16 `json:"cols,omitempty"`
+	Hold bool `json:"hold,omitempty"`
+	// Collect (with Capture) asks for the whole output with the exit:
+	// when the process has ended and both its streams have ended
+	// together, and they hold at most Collect bytes (CollectMax at most),
+	// none dropped, Exit.Output carries them. A command that ends at once
+	// is then answered in one message instead of a read of each stream
+	// and its answer. The output is kept for reads all the same.
+	Collect int    `json:"collect,omitempty"`
+	Rows    uint16 `json:"rows,omitempty"`
+	Cols    uint16 `json:"cols,omitempty"`
 }
 
 // Started confirms a process start; with TTY it carries the master fd.
@@ -339,7 +347,21 @@ type Exit struct {
 	ID     uint64 `json:"id"`
 	Code   int    `json:"code"`
 	Signal int    `json:"signal,omitempty"`
+	// Output is the whole output of a process started with Collect, when
+	// it qualified (see ExecRequest.Collect).
+	Output *Output `json:"output,omitempty"`
 }
+
+// Output is the whole of both output streams of an ended process.
+type Output struct {
+	Stdout []byte `json:"stdout,omitempty"`
+	Stderr []byte `json:"stderr,omitempty"`
+}
+
+// CollectMax bounds ExecRequest.Collect: an exit with that much output
+// (base64 in JSON) still travels inline in one packet (inlineMax), also
+// on channels that carry no spilled message.
+const CollectMax = 16 << 10
 
 // Signal asks the agent to deliver a signal to a process's process group.
 type Signal struct {

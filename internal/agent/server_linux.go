@@ -32,6 +32,7 @@ type Server struct {
 	outputs map[uint64][2]*outputBuffer // request id -> stdout, stderr of captured processes
 	stdins  map[uint64]chan *Stdin      // request id -> queue of a captured process's stdin writer
 	pids    map[uint64]int              // request id -> pid
+	collect map[uint64]int              // request id -> ExecRequest.Collect, while it runs
 	// finished lists the captured processes that exited, oldest first,
 	// whose output is still kept (see keepFinished).
 	finished []uint64
@@ -59,7 +60,7 @@ const exitFlush = 100 * time.Millisecond
 // socket only the supervisor side can reach), the sandbox survives the loss
 // of its channel and waits for the next supervisor there.
 func NewServer(conn *Conn, listener *os.File) *Server {
-	return &Server{conn: conn, listener: listener, procs: map[int]uint64{}, pids: map[uint64]int{}, outputs: map[uint64][2]*outputBuffer{}, stdins: map[uint64]chan *Stdin{}}
+	return &Server{conn: conn, listener: listener, procs: map[int]uint64{}, pids: map[uint64]int{}, outputs: map[uint64][2]*outputBuffer{}, stdins: map[uint64]chan *Stdin{}, collect: map[uint64]int{}}
 }
 
 // Serve handles requests until the supervisor closes the channel, then kills
@@ -176,7 +177,10 @@ func (s *Server) send(m *Message, fds ...int) {
 	// Undelivered: keep exits for the next supervisor, drop the rest
 	// (replies to requests of a supervisor that is gone).
 	if m.Type == TypeExit && m.Exit != nil && len(s.pending) < maxPending {
-		s.pending = append(s.pending, m.Exit)
+		// Without its output: that stays in the buffers for reads.
+		ex := *m.Exit
+		ex.Output = nil
+		s.pending = append(s.pending, &ex)
 	}
 }
 
@@ -321,6 +325,9 @@ func (s *Server) exec(req *ExecRequest, files []*os.File) {
 		s.mu.Lock()
 		s.outputs[req.ID] = bufs
 		s.stdins[req.ID] = queue
+		if req.Collect > 0 {
+			s.collect[req.ID] = min(req.Collect, CollectMax)
+		}
 		s.mu.Unlock()
 	} else {
 		if len(files) != 3 {
@@ -389,6 +396,8 @@ func (s *Server) reap() {
 		}
 		delete(s.procs, pid)
 		delete(s.pids, id)
+		collect := s.collect[id]
+		delete(s.collect, id)
 		ex := &Exit{ID: id}
 		switch {
 		case ws.Exited():
@@ -414,10 +423,32 @@ func (s *Server) reap() {
 					}
 				}
 				t.Stop()
+				if collect > 0 {
+					ex.Output = collected(bufs, collect)
+				}
 			}
 			s.send(&Message{Type: TypeExit, Exit: ex})
 		}()
 	}
+}
+
+// collected is the whole output of an ended process for its exit
+// (ExecRequest.Collect), or nil unless both streams have ended, hold no
+// more than max bytes together and dropped none.
+func collected(bufs [2]*outputBuffer, max int) *Output {
+	var out [2][]byte
+	for i, b := range bufs {
+		data, from, eof, _ := b.read(0, max+1)
+		if from != 0 || !eof {
+			return nil
+		}
+		out[i] = data
+		max -= len(data)
+		if max < 0 {
+			return nil
+		}
+	}
+	return &Output{Stdout: out[0], Stderr: out[1]}
 }
 
 // keepFinished records that captured process id exited, then drops the

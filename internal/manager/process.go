@@ -32,6 +32,13 @@ const (
 // while something still holds the output open.
 const exitGrace = 250 * time.Millisecond
 
+// collectWait is how long exec waits for its process's exit to bring the
+// whole output (runtime.Collector) before it reads the streams as usual.
+// The output is held from the start meanwhile, so nothing is lost; a
+// process that fills the runtime's buffer within it waits that long at
+// most for its reader.
+const collectWait = 20 * time.Millisecond
+
 // proc is a process started through the API.
 type proc struct {
 	sb       *Sandbox
@@ -242,7 +249,7 @@ func (m *Manager) execRequest(sb *Sandbox, req *api.ExecRequest, tty bool) (*run
 
 // start starts a process and tracks it until it ends; req.Stdin is fed
 // to it, then with closeStdin its stdin is closed.
-func (m *Manager) start(ctx context.Context, id string, req *api.ExecRequest, tty, closeStdin bool, rows, cols uint16) (*proc, error) {
+func (m *Manager) start(ctx context.Context, id string, req *api.ExecRequest, tty, closeStdin bool, rows, cols uint16, collect int) (*proc, error) {
 	sb, rt, err := m.live(ctx, id)
 	if err != nil {
 		return nil, err
@@ -251,7 +258,7 @@ func (m *Manager) start(ctx context.Context, id string, req *api.ExecRequest, tt
 	if err != nil {
 		return nil, err
 	}
-	rreq.Rows, rreq.Cols = rows, cols
+	rreq.Rows, rreq.Cols, rreq.Collect = rows, cols, collect
 	rp, err := rt.Exec(ctx, rreq)
 	if err != nil {
 		m.met.errors.With("exec").Inc()
@@ -337,7 +344,7 @@ func execError(id, cmd string, err error) error {
 
 // Start starts a process in the background.
 func (m *Manager) Start(ctx context.Context, id string, req *api.ExecRequest) (api.Process, error) {
-	p, err := m.start(ctx, id, req, false, false, 0, 0)
+	p, err := m.start(ctx, id, req, false, false, 0, 0, 0)
 	if err != nil {
 		return api.Process{}, err
 	}
@@ -355,9 +362,24 @@ func (m *Manager) Exec(ctx context.Context, id string, req *api.ExecRequest) (ap
 	if req.MaxOutputBytes > 0 {
 		limit = min(req.MaxOutputBytes, limit)
 	}
-	p, err := m.start(ctx, id, req, false, true, 0, 0)
+	p, err := m.start(ctx, id, req, false, true, 0, 0, limit)
 	if err != nil {
 		return api.ExecResult{}, err
+	}
+	if c, ok := p.rp.(runtime.Collector); ok && c.Collecting() {
+		// A command that ends at once brings its whole output with its
+		// exit: no read of either stream.
+		t := time.NewTimer(collectWait)
+		select {
+		case <-p.done:
+			if stdout, stderr, ok := c.Collected(); ok {
+				t.Stop()
+				return m.execResult(p, t0, capped{data: stdout}, capped{data: stderr}), ctx.Err()
+			}
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
 	}
 	or, ok := p.rp.(runtime.OutputReader)
 	if !ok {
@@ -388,6 +410,12 @@ func (m *Manager) Exec(ctx context.Context, id string, req *api.ExecRequest) (ap
 		close(stop)
 		<-drained
 	}
+	return m.execResult(p, t0, out, errb), ctx.Err()
+}
+
+// execResult is the answer to an exec whose process p ended, with the
+// output read.
+func (m *Manager) execResult(p *proc, t0 time.Time, out, errb capped) api.ExecResult {
 	v := p.view()
 	res := api.ExecResult{ProcessID: v.ID, Signal: v.Signal, TimedOut: v.TimedOut,
 		Stdout: out.result(), Stderr: errb.result(), StdoutTruncated: out.dropped > 0, StderrTruncated: errb.dropped > 0,
@@ -396,7 +424,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req *api.ExecRequest) (ap
 		res.ExitCode = *v.ExitCode
 	}
 	m.met.execSeconds.Observe(time.Since(t0).Seconds())
-	return res, ctx.Err()
+	return res
 }
 
 // capped keeps the first limit bytes of a stream and counts the rest.
@@ -790,7 +818,7 @@ func (m *Manager) PTY(ctx context.Context, id string, req *api.PTYStart) (pid st
 	if req.Cols == 0 {
 		req.Cols = 80
 	}
-	p, err := m.start(ctx, id, &req.ExecRequest, true, false, req.Rows, req.Cols)
+	p, err := m.start(ctx, id, &req.ExecRequest, true, false, req.Rows, req.Cols, 0)
 	if err != nil {
 		return "", nil, nil, err
 	}

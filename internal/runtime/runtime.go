@@ -140,6 +140,17 @@ type OutputReader interface {
 	ReadOutput(ctx context.Context, stream int, cursor uint64, max int, wait time.Duration) (OutputChunk, error)
 }
 
+// Collector is implemented by processes started with ExecRequest.Collect.
+type Collector interface {
+	// Collecting reports whether the output may come with the exit
+	// (the request asked for it and the runtime can).
+	Collecting() bool
+	// Collected returns the whole output once the process has ended, if
+	// it came with the exit; ok is false otherwise (the output is read
+	// with OutputReader as usual).
+	Collected() (stdout, stderr []byte, ok bool)
+}
+
 // OutputAttacher is implemented by processes started with Capture whose
 // runtime can make the process wait for a reader that is attached and
 // behind (backpressure) instead of dropping what it has not read.
@@ -208,8 +219,13 @@ type ExecRequest struct {
 	// most: a client that starts a process and then follows it misses
 	// nothing, however fast the process writes meanwhile.
 	Hold bool
-	Rows uint16
-	Cols uint16
+	// Collect (with Capture, for a Collector) asks for the process's whole
+	// output with its exit when both streams together hold no more than
+	// Collect bytes (the runtime may bound it lower): a short command is
+	// then answered without reading its streams.
+	Collect int
+	Rows    uint16
+	Cols    uint16
 	// Stdin, Stdout and Stderr are handed to the process as they are when
 	// TTY is false. They must not be terminals (the caller interposes pipes
 	// for terminals so that the sandbox never holds the caller's tty).

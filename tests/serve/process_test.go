@@ -156,6 +156,16 @@ func TestExec(t *testing.T) {
 	if err != nil || res.StdoutTruncated || len(res.Stdout) != 300000 {
 		t.Fatalf("uncapped: %d %v", len(res.Stdout), err)
 	}
+	// At the cap exactly: whole (the output comes with the exit); one
+	// byte over, on either stream: cut there with the marker.
+	res, err = d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "printf hello"}, MaxOutputBytes: 5})
+	if err != nil || res.StdoutTruncated || string(res.Stdout) != "hello" {
+		t.Fatalf("at the cap: %+v %v", res, err)
+	}
+	res, err = d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "printf hello; printf 'hello!' >&2"}, MaxOutputBytes: 5})
+	if err != nil || res.StdoutTruncated || string(res.Stdout) != "hello" || !res.StderrTruncated || !strings.HasPrefix(string(res.Stderr), "hello\n[airlock: output truncated, 1 more bytes") {
+		t.Fatalf("over the cap: %+v %v", res, err)
+	}
 	// Bad parameters: clear 4xx, nothing started.
 	before, _ := d.c.ListProcesses(ctx, sb.ID)
 	for name, req := range map[string]*api.ExecRequest{

@@ -284,6 +284,56 @@ func TestCapturedOutput(t *testing.T) {
 	}
 }
 
+// TestCollectedOutput: a process started with Collect brings its whole
+// output with its exit when it fits, both streams apart, and the output
+// stays readable; it does not without Collect (the control), when the
+// output is larger than asked for, or when a child it left holds the
+// output open, and then reading it gives all of it.
+func TestCollectedOutput(t *testing.T) {
+	needRoot(t)
+	sb := newSandbox(t, &policy.Policy{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	env, _ := sandbox.Env(&policy.Policy{}, nil, false, os.LookupEnv)
+	run := func(script string, collect int) runtime.Process {
+		t.Helper()
+		p, err := sb.Exec(ctx, &runtime.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, Env: env, Dir: "/", Capture: true, Hold: true, Collect: collect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := p.Wait(ctx); err != nil || st.Code != 3 {
+			t.Fatalf("%s: wait: %+v %v", script, st, err)
+		}
+		return p
+	}
+	const script = "echo first; echo warn >&2; echo last; exit 3"
+	p := run(script, 100)
+	stdout, stderr, ok := p.(runtime.Collector).Collected()
+	if !ok || string(stdout) != "first\nlast\n" || string(stderr) != "warn\n" {
+		t.Fatalf("collected: %q %q %v", stdout, stderr, ok)
+	}
+	if got := readAll(t, p, 1); got != "first\nlast\n" {
+		t.Errorf("stdout read after collecting = %q", got)
+	}
+	// Exactly the limit (16 bytes in all) still comes; one byte less
+	// does not.
+	if _, _, ok := run(script, 16).(runtime.Collector).Collected(); !ok {
+		t.Error("16 bytes of output with Collect 16 did not come with the exit")
+	}
+	for name, p := range map[string]runtime.Process{
+		"without Collect": run(script, 0),
+		"one byte over":   run(script, 15),
+		"held open":       run("sleep 2 & echo first; echo last; echo warn >&2; exit 3", 100),
+	} {
+		if stdout, stderr, ok := p.(runtime.Collector).Collected(); ok {
+			t.Errorf("%s: output came with the exit: %q %q", name, stdout, stderr)
+		}
+		if got := readAll(t, p, 2); got != "warn\n" {
+			t.Errorf("%s: stderr read = %q", name, got)
+		}
+	}
+}
+
 // TestCapturedStdin: bytes written to a captured process's stdin arrive in
 // order, closing it ends the process's input, and writing after the close is
 // an error (the control is the same write before the close).

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/internal/agent"
+	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 )
 
@@ -77,5 +78,62 @@ func TestAdoptDropsEarlyAnswers(t *testing.T) {
 	c2 := fakeAgent(t, []*agent.Message{{Type: agent.TypeReady}}, &agent.State{Version: agent.Version})
 	if _, _, err := native.AdoptAgent(ctx, "0123456789abcdef", c2.File()); err == nil || !strings.Contains(err.Error(), `answered "ready" to hello`) {
 		t.Fatalf("adopt after a stray %q: %v", agent.TypeReady, err)
+	}
+}
+
+// The output an agent sends with an exit is taken only when it was asked
+// for and no larger than asked: the agent is untrusted. A fake agent
+// answers each exec with the output its argv names; the control (as much
+// as asked for) is taken.
+func TestCollectedOutputBounds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, b, err := agent.SocketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := agent.NewConn(b)
+	t.Cleanup(func() { srv.Close() })
+	go func() {
+		for {
+			m, files, err := srv.Recv()
+			for _, f := range files {
+				f.Close()
+			}
+			if err != nil {
+				return
+			}
+			if m.Type != agent.TypeExec {
+				continue
+			}
+			id := m.Exec.ID
+			srv.Send(&agent.Message{Type: agent.TypeStarted, Started: &agent.Started{ID: id, Pid: 100 + int(id)}})
+			out := []byte(m.Exec.Argv[0])
+			srv.Send(&agent.Message{Type: agent.TypeExit, Exit: &agent.Exit{ID: id, Output: &agent.Output{Stdout: out[:len(out)/2], Stderr: out[len(out)/2:]}}})
+		}
+	}()
+	client := native.NewAgentClient("0123456789abcdef", a)
+	defer client.Close()
+	for _, tc := range []struct {
+		output  string
+		collect int
+		taken   bool
+	}{
+		{"12345678", 8, true},   // the control: what was asked for
+		{"123456789", 8, false}, // more than asked for
+		{"12345678", 0, false},  // not asked for
+		{"", 8, true},           // nothing at all is an answer too
+	} {
+		p, err := client.Exec(ctx, &runtime.ExecRequest{Argv: []string{tc.output}, Capture: true, Collect: tc.collect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stdout, stderr, ok := p.(runtime.Collector).Collected()
+		if ok != tc.taken || (ok && string(stdout)+string(stderr) != tc.output) {
+			t.Errorf("%d bytes sent for Collect %d: taken %v (%q %q), want %v", len(tc.output), tc.collect, ok, stdout, stderr, tc.taken)
+		}
 	}
 }

@@ -167,6 +167,11 @@ func (sb *sandbox) dispatch(m *agent.Message, files []*os.File) {
 	case agent.TypeExit:
 		p.exitOnce.Do(func() {
 			p.status = runtime.ExitStatus{Code: m.Exit.Code, Signal: m.Exit.Signal}
+			// From the untrusted agent: only what was asked for, and
+			// no more than that.
+			if o := m.Exit.Output; o != nil && p.collect > 0 && len(o.Stdout)+len(o.Stderr) <= p.collect {
+				p.output = o
+			}
 			close(p.exit)
 		})
 	}
@@ -190,6 +195,9 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 	sb.mu.Lock()
 	sb.nextID++
 	p := &process{sb: sb, id: sb.nextID, tty: req.TTY, started: make(chan struct{}), exit: make(chan struct{})}
+	if req.Capture && req.Collect > 0 && sb.agentVersion >= 4 {
+		p.collect = min(req.Collect, agent.CollectMax)
+	}
 	sb.procs[p.id] = p
 	sb.mu.Unlock()
 	fail := func(err error) (runtime.Process, error) {
@@ -206,6 +214,7 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 	}
 	msg.Exec.Capture = req.Capture
 	msg.Exec.Hold = req.Capture && req.Hold
+	msg.Exec.Collect = p.collect
 	var fds []int
 	if !req.TTY && !req.Capture {
 		if req.Stdin == nil || req.Stdout == nil || req.Stderr == nil {
@@ -425,6 +434,25 @@ type process struct {
 	exit      chan struct{}
 	exitOnce  sync.Once
 	status    runtime.ExitStatus
+	collect   int           // ExecRequest.Collect
+	output    *agent.Output // the whole output, when it came with the exit
+}
+
+// Collecting implements runtime.Collector: an agent older than version 4
+// sends no output with an exit.
+func (p *process) Collecting() bool { return p.collect > 0 }
+
+// Collected implements runtime.Collector.
+func (p *process) Collected() (stdout, stderr []byte, ok bool) {
+	select {
+	case <-p.exit:
+	default:
+		return nil, nil, false
+	}
+	if p.output == nil {
+		return nil, nil, false
+	}
+	return p.output.Stdout, p.output.Stderr, true
 }
 
 func (p *process) Pid() int      { return p.pid }
