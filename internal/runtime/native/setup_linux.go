@@ -56,9 +56,9 @@ type setup struct {
 	// message (runtime.Spec.RecordExec).
 	ExecNotify bool `json:"exec_notify,omitempty"`
 
-	Seccomp    []runtime.SockFilter `json:"seccomp,omitempty"`
-	NoSeccomp  bool                 `json:"no_seccomp,omitempty"`
-	NoLandlock bool                 `json:"no_landlock,omitempty"`
+	Seccomp    runtime.Program `json:"seccomp,omitempty"`
+	NoSeccomp  bool            `json:"no_seccomp,omitempty"`
+	NoLandlock bool            `json:"no_landlock,omitempty"`
 }
 
 // bindMount is one extra bind mount.
