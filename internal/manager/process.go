@@ -49,6 +49,9 @@ type proc struct {
 	endedByDelete atomic.Bool
 	done          chan struct{} // closed when it has ended
 	stdinMu       turnLock      // held by each writer of its stdin, in turn
+	// saveMu orders the writes of its record: each one copies the record
+	// and stores it under it, so the last write stores the latest record.
+	saveMu sync.Mutex
 
 	mu          sync.Mutex
 	rec         store.Process
@@ -107,6 +110,8 @@ func parseProcID(s string) (uint64, bool) {
 }
 
 func (m *Manager) saveProc(ctx context.Context, p *proc) error {
+	p.saveMu.Lock()
+	defer p.saveMu.Unlock()
 	p.mu.Lock()
 	r := p.rec
 	p.mu.Unlock()
@@ -275,7 +280,9 @@ func (m *Manager) start(ctx context.Context, id string, req *api.ExecRequest, tt
 	sb.procs[aid] = p
 	sb.running++
 	sb.mu.Unlock()
-	m.saveProc(ctx, p)
+	if !collecting(p) {
+		m.saveProc(ctx, p)
+	}
 	if timeout > 0 {
 		t := time.AfterFunc(timeout, func() {
 			p.timedOut.Store(true)
@@ -303,6 +310,13 @@ func (m *Manager) start(ctx context.Context, id string, req *api.ExecRequest, tt
 		}()
 	}
 	return p, nil
+}
+
+// collecting reports whether p's output may come with its exit (Exec
+// with a runtime.Collector): start then leaves its record to Exec.
+func collecting(p *proc) bool {
+	c, ok := p.rp.(runtime.Collector)
+	return ok && c.Collecting()
 }
 
 // reapProc waits for a process to end and records it.
@@ -366,13 +380,14 @@ func (m *Manager) Exec(ctx context.Context, id string, req *api.ExecRequest) (ap
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	if c, ok := p.rp.(runtime.Collector); ok && c.Collecting() {
+	if collecting(p) {
 		// A command that ends at once brings its whole output with its
-		// exit: no read of either stream.
+		// exit: no read of either stream, and its record is stored once,
+		// ended (reapProc), instead of at its start and again at its end.
 		t := time.NewTimer(collectWait)
 		select {
 		case <-p.done:
-			if stdout, stderr, ok := c.Collected(); ok {
+			if stdout, stderr, ok := p.rp.(runtime.Collector).Collected(); ok {
 				t.Stop()
 				return m.execResult(p, t0, capped{data: stdout}, capped{data: stderr}), ctx.Err()
 			}
@@ -380,6 +395,10 @@ func (m *Manager) Exec(ctx context.Context, id string, req *api.ExecRequest) (ap
 		case <-ctx.Done():
 		}
 		t.Stop()
+		// It runs on (or its output is read after all): its start is
+		// stored now, as start would have (saveMu keeps a record that
+		// ended meanwhile from being overwritten by an older one).
+		m.saveProc(ctx, p)
 	}
 	or, ok := p.rp.(runtime.OutputReader)
 	if !ok {
