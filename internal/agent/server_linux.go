@@ -344,6 +344,10 @@ func (s *Server) exec(req *ExecRequest, files []*os.File) {
 	if err == nil {
 		s.procs[pid] = req.ID
 		s.pids[req.ID] = pid
+	} else {
+		// Never started: nothing will read its streams or feed its stdin.
+		s.dropOutput(req.ID)
+		delete(s.collect, req.ID)
 	}
 	s.mu.Unlock()
 	if err != nil {
