@@ -4,6 +4,7 @@ package native_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,12 +19,7 @@ import (
 // then the state.
 func fakeAgent(t *testing.T, before []*agent.Message, state *agent.State) *agent.Conn {
 	t.Helper()
-	a, b, err := agent.SocketPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := agent.NewConn(b)
-	t.Cleanup(func() { srv.Close() })
+	a, srv := channel(t)
 	go func() {
 		for _, m := range before {
 			if srv.Send(m) != nil {
@@ -40,6 +36,19 @@ func fakeAgent(t *testing.T, before []*agent.Message, state *agent.State) *agent
 		}
 	}()
 	return agent.NewConn(a)
+}
+
+// channel is a control channel: the supervisor's end, and the agent's
+// end as a Conn that the test's cleanup closes.
+func channel(t *testing.T) (*os.File, *agent.Conn) {
+	t.Helper()
+	a, b, err := agent.SocketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := agent.NewConn(b)
+	t.Cleanup(func() { srv.Close() })
+	return a, srv
 }
 
 // A supervisor that adopts an agent gets answers the agent was sending to
@@ -88,12 +97,7 @@ func TestAdoptDropsEarlyAnswers(t *testing.T) {
 func TestCollectedOutputBounds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	a, b, err := agent.SocketPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := agent.NewConn(b)
-	t.Cleanup(func() { srv.Close() })
+	a, srv := channel(t)
 	go func() {
 		for {
 			m, files, err := srv.Recv()
