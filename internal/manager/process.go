@@ -1,13 +1,13 @@
 package manager
 
 import (
-	goruntime "runtime"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
+	goruntime "runtime"
 	"sort"
 	"strconv"
 	"strings"

@@ -567,7 +567,7 @@ func (vs *Volumes) CreateFrom(name string, size int64, id string) (_ *Volume, re
 	} else {
 		size &^= 4095
 	}
-	v := &Volume{Kind: KindLoop, Path: filepath.Join(vs.dir, name), Image: filepath.Join(vs.dir, name+".img"), Size: size}
+	v := vs.volume(name, size)
 	img, err := vs.allocate(v, true, 0)
 	if err != nil {
 		return nil, err

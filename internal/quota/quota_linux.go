@@ -154,6 +154,21 @@ func (vs *Volumes) Create(name string, size int64, uid, gid int) (*Volume, error
 	return vs.create(name, size, uid, gid, true)
 }
 
+// Planned is the record of the volume Create(name, size, ...) makes, known
+// before it exists: its owner can record it (and start what does not need
+// its content) while it is being made; Remove of it is safe at any time.
+func (vs *Volumes) Planned(name string, size int64) (*Volume, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	return vs.volume(name, size), nil
+}
+
+func (vs *Volumes) volume(name string, size int64) *Volume {
+	p := filepath.Join(vs.dir, name)
+	return &Volume{Kind: KindLoop, Path: p, Image: p + ".img", Size: size}
+}
+
 // checkName refuses a volume name that is not a plain file name.
 func checkName(name string) error {
 	if name == "" || strings.ContainsAny(name, "/\x00") || strings.HasPrefix(name, ".") {
@@ -163,7 +178,7 @@ func checkName(name string) error {
 }
 
 func (vs *Volumes) create(name string, size int64, uid, gid int, checkReserve bool) (_ *Volume, retErr error) {
-	v := &Volume{Kind: KindLoop, Path: filepath.Join(vs.dir, name), Image: filepath.Join(vs.dir, name+".img"), Size: size}
+	v := vs.volume(name, size)
 	img, err := vs.allocate(v, checkReserve, v.Size)
 	if err != nil {
 		return nil, err

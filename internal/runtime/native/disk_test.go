@@ -13,10 +13,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-dev/airlock/internal/cgroup"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/sandbox"
+	"github.com/airlock-dev/airlock/internal/uidpool"
 )
 
 // createIn makes a sandbox for p with rt, destroyed at the end of the test.
@@ -122,7 +124,9 @@ func TestWorkspaceVolumeCapped(t *testing.T) {
 }
 
 // A sandbox whose volume does not fit beside the reserve is refused, and
-// leaves nothing behind; a smaller one fits (the control).
+// leaves nothing behind: no volume, no state, and, since the volume is
+// made while the init starts, no cgroup (so no process) and no uid lease;
+// a smaller one fits (the control).
 func TestWorkspaceVolumeReserve(t *testing.T) {
 	needRoot(t)
 	dir := filepath.Join(t.TempDir(), "volumes")
@@ -145,6 +149,7 @@ func TestWorkspaceVolumeReserve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	spec.ID = "0fa1ed00d15c0001"
 	_, err = rt.Create(context.Background(), spec)
 	if err == nil || !strings.Contains(err.Error(), "kept in reserve") {
 		t.Fatalf("a 1 GiB sandbox with 64 MiB above the reserve: err %v, want a reserve refusal", err)
@@ -154,6 +159,17 @@ func TestWorkspaceVolumeReserve(t *testing.T) {
 	}
 	if ids, _ := rt.List(); len(ids) != 0 {
 		t.Errorf("a refused sandbox left state %v", ids)
+	}
+	for _, pattern := range []string{"/sys/fs/cgroup/*/" + cgroup.Prefix + "/" + spec.ID, "/sys/fs/cgroup/" + cgroup.Prefix + "/" + spec.ID} {
+		if left, _ := filepath.Glob(pattern); len(left) > 0 {
+			t.Errorf("a refused sandbox left its cgroups %v", left)
+		}
+	}
+	leases, _ := os.ReadDir(uidpool.DefaultDir)
+	for _, e := range leases {
+		if b, _ := os.ReadFile(filepath.Join(uidpool.DefaultDir, e.Name())); strings.Contains(string(b), spec.ID) {
+			t.Errorf("a refused sandbox left its uid lease %s: %s", e.Name(), b)
+		}
 	}
 	createIn(t, rt, &policy.Policy{Resources: policy.Resources{Disk: 16 << 20}})
 }

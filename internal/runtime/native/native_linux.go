@@ -189,18 +189,60 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	if spec.WorkspaceSnapshot != "" && (ws != "" || r.Volumes == nil) {
 		return nil, fmt.Errorf("a workspace from snapshot %s needs a fresh workspace on a volume: %w", spec.WorkspaceSnapshot, errdefs.ErrNotSupported)
 	}
+	var wst unix.Stat_t // a tmpfs workspace: as if owned by root
+	// volumeMade, when set, waits for a fresh volume made meanwhile (see
+	// below) and says whether it was.
+	var volumeMade func() error
 	if ws == "" {
 		sb.tempWorkspace = true
-		if r.Volumes != nil {
-			t0 := time.Now()
-			uid, gid := workspaceOwner()
-			var vol *quota.Volume
-			var err error
-			if spec.WorkspaceSnapshot != "" {
-				vol, err = r.Volumes.CreateFrom(id, orDefault(spec.Limits.Disk, defaultDisk), spec.WorkspaceSnapshot)
-			} else {
-				vol, err = r.Volumes.Create(id, orDefault(spec.Limits.Disk, defaultDisk), uid, gid)
+		switch {
+		case r.Volumes != nil && spec.WorkspaceSnapshot == "":
+			// A fresh volume is made while the init starts: the init
+			// needs it only with its setup, and making it (clone of a
+			// blank image, loop device, ext4 mount: mostly waiting on
+			// the device) took as long as everything up to then. Its
+			// record is known before (Planned): the state file names
+			// it, so a sweep after a crash removes it, made or not.
+			size := orDefault(spec.Limits.Disk, defaultDisk)
+			planned, err := r.Volumes.Planned(id, size)
+			if err != nil {
+				return nil, &LayerError{Layer: layerDisk, Err: err, Fix: fixFor(layerDisk)}
 			}
+			uid, gid := workspaceOwner()
+			done := make(chan struct{})
+			var verr error
+			var took time.Duration
+			go func() {
+				defer close(done)
+				t0 := time.Now()
+				_, verr = r.Volumes.Create(id, size, uid, gid)
+				took = time.Since(t0)
+			}()
+			cu.add(func() {
+				<-done
+				if verr == nil {
+					planned.Remove()
+				}
+			})
+			volumeMade = func() error {
+				<-done
+				if verr != nil {
+					return &LayerError{Layer: layerDisk, Err: verr, Fix: fixFor(layerDisk)}
+				}
+				steps["volume"] = took
+				// What the owner namespaces were made for, and what the
+				// init is told, must be what was made.
+				var st unix.Stat_t
+				if err := unix.Stat(planned.Path, &st); err != nil || st.Uid != wst.Uid || st.Gid != wst.Gid || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+					return &LayerError{Layer: layerDisk, Err: fmt.Errorf("volume %s: not the empty directory of %d:%d it was made to be (%v)", planned.Path, wst.Uid, wst.Gid, err), Fix: fixFor(layerDisk)}
+				}
+				return nil
+			}
+			sb.volume, ws = planned, planned.Path
+			wst.Uid, wst.Gid, wst.Mode = uint32(uid), uint32(gid), unix.S_IFDIR|0o755
+		case r.Volumes != nil:
+			t0 := time.Now()
+			vol, err := r.Volumes.CreateFrom(id, orDefault(spec.Limits.Disk, defaultDisk), spec.WorkspaceSnapshot)
 			if err != nil {
 				return nil, &LayerError{Layer: layerDisk, Err: err, Fix: fixFor(layerDisk)}
 			}
@@ -215,8 +257,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		}
 		ws = abs
 	}
-	var wst unix.Stat_t // a tmpfs workspace: as if owned by root
-	if ws != "" {
+	if ws != "" && volumeMade == nil {
 		if err := unix.Stat(ws, &wst); err != nil {
 			return nil, fmt.Errorf("workspace %s: %w", ws, err)
 		}
@@ -345,6 +386,11 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		steps["cgroups"] += time.Since(t0)
 	}
 
+	if volumeMade != nil {
+		if err := volumeMade(); err != nil {
+			return nil, err
+		}
+	}
 	st, fds, err := sb.buildSetup(spec, root, sb.initPid, owners)
 	defer func() {
 		for _, f := range fds {
