@@ -260,11 +260,18 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 		}
 	}
 	info := rt.Info()
-	if err := m.st.SetCreated(ctx, sb.id, api.StateRunning, info.HostUID, info.HostGID); err != nil {
-		rt.Destroy(context.WithoutCancel(ctx))
-		stopRecord()
-		forget()
-		return nil, fmt.Errorf("store: %w", err)
+	// A pool member is stored running now. A sandbox made for its caller
+	// is stored once, whole, by assign right after (one SQLite write
+	// less on a cold creation's path); should the daemon stop before,
+	// the record still says creating and the restart removes the
+	// sandbox, as for any creation under way.
+	if pool != "" {
+		if err := m.st.SetCreated(ctx, sb.id, api.StateRunning, info.HostUID, info.HostGID); err != nil {
+			rt.Destroy(context.WithoutCancel(ctx))
+			stopRecord()
+			forget()
+			return nil, fmt.Errorf("store: %w", err)
+		}
 	}
 	if sandbox.HasNetwork(p) {
 		gw, err := egress.Start(rt, p.Network, m.egressOptions(sb.id, setup))
