@@ -198,11 +198,11 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		switch {
 		case r.Volumes != nil && spec.WorkspaceSnapshot == "":
 			// A fresh volume is made while the init starts: the init
-			// needs it only with its setup, and making it (clone of a
-			// blank image, loop device, ext4 mount: mostly waiting on
-			// the device) took as long as everything up to then. Its
-			// record is known before (Planned): the state file names
-			// it, so a sweep after a crash removes it, made or not.
+			// needs it only with its setup, and making it (a clone of
+			// the blank image, a loop device, an ext4 mount) took about
+			// as long as everything before the clone. Its record is
+			// known before (Planned): the state file names it, so a
+			// sweep after a crash removes it, made or not.
 			size := orDefault(spec.Limits.Disk, defaultDisk)
 			planned, err := r.Volumes.Planned(id, size)
 			if err != nil {
