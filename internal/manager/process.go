@@ -401,10 +401,15 @@ func (m *Manager) Exec(ctx context.Context, id string, req *api.ExecRequest) (ap
 		case <-ctx.Done():
 		}
 		t.Stop()
-		// It runs on (or its output is read after all): its start is
-		// stored now, as start would have (saveMu keeps a record that
-		// ended meanwhile from being overwritten by an older one).
-		m.saveProc(ctx, p)
+		// It runs on: its start is stored now, as start would have
+		// (saveMu keeps a record that ends meanwhile from being
+		// overwritten by an older one). One that ended, its output too
+		// large to come with the exit, is stored by reapProc.
+		select {
+		case <-p.done:
+		default:
+			m.saveProc(ctx, p)
+		}
 	}
 	or, ok := p.rp.(runtime.OutputReader)
 	if !ok {
