@@ -5,11 +5,13 @@ package native_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/sandbox"
@@ -17,22 +19,40 @@ import (
 
 // BenchmarkPhases reports the median of each phase of a sandbox's life:
 // create, exec (request to started), wait (started to exit of /bin/true)
-// and destroy, plus the init's own setup steps.
+// and destroy, plus the runtime's and the init's own setup steps; with a
+// tmpfs workspace (as `airlock run` makes) and with a fresh 64 MiB volume
+// (as the daemon makes).
 func BenchmarkPhases(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
 	}
+	b.Run("tmpfs", func(b *testing.B) { benchPhases(b, &native.Runtime{Exe: airlockBin}) })
+	b.Run("volume", func(b *testing.B) {
+		// With the daemon's options: images cloned from a blank, in a
+		// pool with reflinks if the directory's filesystem has none.
+		dir := b.TempDir()
+		vs, err := quota.OpenWith(filepath.Join(dir, "volumes"), quota.Options{Pool: filepath.Join(dir, "volumes.pool")})
+		if err != nil {
+			b.Skipf("no loop volumes here: %v", err)
+		}
+		defer vs.Close()
+		b.Logf("volumes: %s", vs.CopyOnWriteInfo())
+		benchPhases(b, &native.Runtime{Exe: airlockBin, Volumes: vs})
+	})
+}
+
+func benchPhases(b *testing.B, rt *native.Runtime) {
 	phases := map[string][]time.Duration{}
 	null, _ := os.Open(os.DevNull)
 	defer null.Close()
 	ctx := context.Background()
 	for i := 0; i < b.N; i++ {
-		spec, err := sandbox.Spec(&policy.Policy{}, sandbox.Opts{})
+		spec, err := sandbox.Spec(&policy.Policy{Resources: policy.Resources{Disk: 64 << 20}}, sandbox.Opts{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		t0 := time.Now()
-		sb, err := (&native.Runtime{Exe: airlockBin}).Create(ctx, spec)
+		sb, err := rt.Create(ctx, spec)
 		if err != nil {
 			b.Fatal(err)
 		}
