@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/rundir"
 )
 
 // newBenchDaemon makes the directory of a daemon under measurement; the
@@ -41,8 +42,26 @@ type benchDaemon struct {
 	created bool
 }
 
-func (d *benchDaemon) sock() string     { return filepath.Join(d.dir, "airlock.sock") }
-func (d *benchDaemon) stateDir() string { return filepath.Join(d.dir, "state") }
+func (d *benchDaemon) sock() string { return filepath.Join(d.dir, "airlock.sock") }
+
+// stateDir is the daemon's state directory: as root, beside a default
+// daemon's (/run/airlock/serve), on the file system users get (see
+// internal/rundir), else in its directory.
+func (d *benchDaemon) stateDir() string {
+	if os.Geteuid() == 0 {
+		return filepath.Join(rundir.Dir, "bench-"+filepath.Base(d.dir))
+	}
+	return filepath.Join(d.dir, "state")
+}
+
+// remove removes the daemon's directories (its state directory's
+// -gvisor and -egress siblings too).
+func (d *benchDaemon) remove() {
+	os.RemoveAll(d.dir)
+	for _, s := range []string{"", "-gvisor", "-egress"} {
+		os.RemoveAll(d.stateDir() + s)
+	}
+}
 
 func (d *benchDaemon) start(ctx context.Context) error {
 	cfgFile := filepath.Join(d.dir, "config.yaml")
@@ -97,7 +116,7 @@ func (d *benchDaemon) cleanup() {
 			d.cmd.Process.Signal(syscall.SIGTERM)
 			<-d.exited
 		}
-		os.RemoveAll(d.dir)
+		d.remove()
 		return
 	}
 	if !d.alive() {
@@ -149,10 +168,10 @@ func (d *benchDaemon) cleanup() {
 		<-d.exited
 	}
 	if left != 0 {
-		logf("cleanup: %d sandboxes may be left; the daemon's directories are kept in %s", left, d.dir)
+		logf("cleanup: %d sandboxes may be left; the daemon's directories are kept in %s and %s", left, d.dir, d.stateDir())
 		return
 	}
-	os.RemoveAll(d.dir)
+	d.remove()
 }
 
 // syncBuffer is a bytes.Buffer safe for the daemon's stderr copier and

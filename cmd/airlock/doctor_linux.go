@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/daemon"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/quota"
+	"github.com/airlock-dev/airlock/internal/rundir"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/sandbox"
@@ -193,7 +194,28 @@ func hostChecks() []check {
 	// gVisor has its own check (doctor_gvisor_linux.go): runsc is looked
 	// up where airlock finds it, its cache included, not only in PATH.
 	cs = append(cs, kvm)
+	if os.Geteuid() == 0 {
+		cs = append(cs, runDirCheck())
+	}
 	return cs
+}
+
+// runDirCheck says whether root's runtime directory (every sandbox's state
+// directory and state file, the uid leases) is in memory, as
+// internal/rundir arranges where it can.
+func runDirCheck() check {
+	c := check{Name: "runtime directory"}
+	rundir.For(rundir.Dir)
+	mem, kind, err := rundir.InMemory(rundir.Dir)
+	switch {
+	case err != nil:
+		c.Detail = fmt.Sprintf("%s: %v", rundir.Dir, err)
+	case mem:
+		c.OK, c.Detail = true, rundir.Dir+" is in memory (tmpfs)"
+	default:
+		c.Detail = fmt.Sprintf("%s is on %s, and it held files when airlock first needed it, so no tmpfs was mounted there: each sandbox's start and end waits for the file system's journal when there is other disk work; stop every airlock process and sandbox, remove %s, and the next airlock mounts a tmpfs there (or mount one yourself)", rundir.Dir, kind, rundir.Dir)
+	}
+	return c
 }
 
 // rcuCheck reports a start-up cost of cgroup v1 hosts (not a layer: it

@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/record"
+	"github.com/airlock-dev/airlock/internal/rundir"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/sandbox"
@@ -454,6 +455,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		// workspace could be), bound read-only into it, removed when the
 		// run ends.
 		base := native.DefaultStateRoot() + "-egress"
+		rundir.For(base)
 		if err := os.MkdirAll(base, 0o700); err != nil {
 			return fail(exitSetup, "egress setup: %v", err)
 		}

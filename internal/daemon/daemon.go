@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/manager"
 	"github.com/airlock-dev/airlock/internal/quota"
+	"github.com/airlock-dev/airlock/internal/rundir"
 	"github.com/airlock-dev/airlock/internal/runtime/gvisor"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/server"
@@ -80,6 +81,7 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 		return err
 	}
 	defer dataLock.Close()
+	rundir.For(c.StateDir)
 	if err := os.MkdirAll(c.StateDir, 0o711); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
@@ -258,6 +260,7 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 // listenUnix listens on path with mode 0660. A socket file left by a dead
 // daemon is replaced; a live daemon on it is an error.
 func listenUnix(path string) (net.Listener, error) {
+	rundir.For(path)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("socket directory: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-dev/airlock/internal/rundir"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 )
 
@@ -40,6 +41,7 @@ func (c *Config) ephemeral() error {
 		return fmt.Errorf("config: disk_quota: %q: airlock mcp's private daemon keeps workspaces in tmpfs; remove it", c.DiskQuota)
 	}
 	root := EphemeralRoot()
+	rundir.For(root)
 	if err := os.MkdirAll(root, 0o711); err != nil {
 		return fmt.Errorf("private daemon directory: %w", err)
 	}

@@ -17,6 +17,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/rundir"
 )
 
 // Open returns an executable file holding bin, the program called name of
@@ -77,6 +79,7 @@ func Cached(dir, name, id string, bin []byte) (*os.File, error) {
 	if id == "" || strings.ContainsAny(id, "/.") || name == "" || strings.ContainsAny(name, "/.") {
 		return nil, errors.New("no build id or program name")
 	}
+	rundir.For(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/internal/errdefs"
+	"github.com/airlock-dev/airlock/internal/rundir"
 )
 
 // DefaultDir holds the leases of every airlock process on the host (`airlock
@@ -358,6 +359,7 @@ func (s starts) overlaps(id int) bool {
 // lock takes the directory's lock, creating the directory (mode 0700) if
 // needed and refusing one that others could write to.
 func (l *Leases) lock() (func(), error) {
+	rundir.For(l.Dir)
 	if err := os.MkdirAll(filepath.Dir(l.Dir), 0o711); err != nil {
 		return nil, fmt.Errorf("uid leases: %w", err)
 	}

@@ -66,6 +66,16 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("cgroup v1 attach: reported %v (found %v), want ok=%v for rcu_expedited=%s", ok, found, want, strings.TrimSpace(string(b)))
 		}
 	}
+	// As root, whether /run/airlock is in memory: ok exactly when it is a
+	// tmpfs (where /run is not one, airlock mounts one if it can: see
+	// internal/rundir).
+	if os.Geteuid() == 0 {
+		var st syscall.Statfs_t
+		ok, found := seen["runtime directory"]
+		if err := syscall.Statfs("/run/airlock", &st); err != nil || !found || ok != (st.Type == 0x01021994) {
+			t.Errorf("runtime directory: reported %v (found %v), want ok=%v (statfs type %#x, %v)", ok, found, st.Type == 0x01021994, st.Type, err)
+		}
+	}
 	// Workspace snapshots: with xfsprogs installed (as .ci/run does),
 	// copy-on-write, naming where the reflinks come from; a data
 	// directory whose volumes directory is a mount without reflinks (a

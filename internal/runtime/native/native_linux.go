@@ -32,6 +32,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/initbin"
 	"github.com/airlock-dev/airlock/internal/quota"
+	"github.com/airlock-dev/airlock/internal/rundir"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/spawn"
 	"github.com/airlock-dev/airlock/internal/uidpool"
@@ -765,6 +766,7 @@ func threadsOf(pid int) (int64, error) {
 // could tamper with (in a shared /tmp, another user could have made it
 // first, or made it a symlink).
 func ensureStateRoot(root string) error {
+	rundir.For(root)
 	if err := os.MkdirAll(root, 0o711); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package rundir
+
+// For does nothing here: only Linux hosts run sandboxes.
+func For(path string) {}
