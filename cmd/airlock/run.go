@@ -473,7 +473,8 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 
 	// Signals that would kill airlock are caught from here on: forwarded to
 	// the command once it runs; one that arrives while the sandbox is being
-	// made ends the run before the command starts.
+	// made ends the run before the command starts (or, for a command
+	// started with the sandbox, is forwarded to it).
 	<-sigReady
 
 	ctx := context.Background()
@@ -481,12 +482,81 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 	if err != nil {
 		return fail(exitSetup, "%v", err)
 	}
+	// The command's request is made before the sandbox: where nothing has
+	// to happen between the two (no record, no egress gateway, no
+	// workspace overlay), it goes in with the sandbox's setup and the
+	// command starts as soon as the sandbox is ready (runtime.FirstExecer).
+	req := &runtime.ExecRequest{Argv: argv, Env: env, Dir: "/workspace", TTY: tty}
+	var copies sync.WaitGroup
+	var closeAfterStart []*os.File
+	if tty {
+		if ws, err := unix.IoctlGetWinsize(int(os.Stdin.Fd()), unix.TIOCGWINSZ); err == nil {
+			req.Rows, req.Cols = ws.Row, ws.Col
+		}
+	} else {
+		// Hand plain files and pipes to the command as they are; put a pipe
+		// in front of any terminal so the sandbox never holds ours.
+		streams := []struct {
+			f   *os.File
+			in  bool
+			dst **os.File
+		}{{stdin, true, &req.Stdin}, {os.Stdout, false, &req.Stdout}, {os.Stderr, false, &req.Stderr}}
+		for _, s := range streams {
+			if !term.IsTerminal(int(s.f.Fd())) {
+				*s.dst = s.f
+				continue
+			}
+			r, w, err := os.Pipe()
+			if err != nil {
+				return fail(exitSetup, "pipe: %v", err)
+			}
+			if s.in {
+				*s.dst = r
+				closeAfterStart = append(closeAfterStart, r)
+				if ask != nil {
+					ask.copying.Add(1)
+				}
+				go func(src *os.File) {
+					io.Copy(w, src)
+					w.Close()
+					if ask != nil {
+						ask.copying.Done()
+					}
+				}(s.f)
+			} else {
+				*s.dst = w
+				closeAfterStart = append(closeAfterStart, w)
+				copies.Add(1)
+				go func(dst *os.File) { defer copies.Done(); io.Copy(dst, r); r.Close() }(s.f)
+			}
+		}
+	}
+	first, _ := rt.(runtime.FirstExecer)
+	if rec != nil || sandbox.HasNetwork(p) || wsRun != nil {
+		first = nil
+	}
 	t0 := time.Now()
-	sb, err := rt.Create(ctx, spec)
+	var sb runtime.Sandbox
+	var proc runtime.Process
+	var startErr error
+	if first != nil {
+		sb, proc, startErr = first.CreateExec(ctx, spec, req)
+		if sb == nil {
+			err, startErr = startErr, nil
+		}
+	} else {
+		sb, err = rt.Create(ctx, spec)
+	}
 	if err != nil {
+		for _, c := range closeAfterStart {
+			c.Close()
+		}
 		return fail(exitSetup, "cannot create sandbox: %v", err)
 	}
 	created := time.Since(t0)
+	if first != nil {
+		created -= sb.Info().Steps["started"]
+	}
 	sandboxMade = true
 	defer sb.Destroy(ctx)
 	if wsRun != nil {
@@ -541,7 +611,8 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		}
 		defer gw.Close()
 	}
-	for pending := true; pending; {
+	// (A command started with the sandbox gets them once it waits below.)
+	for pending := proc == nil && startErr == nil; pending; {
 		select {
 		case sig := <-sigc:
 			if s, ok := sig.(unix.Signal); ok && s != unix.SIGWINCH {
@@ -564,61 +635,18 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		defer ck.close()
 	}
 
-	req := &runtime.ExecRequest{Argv: argv, Env: env, Dir: "/workspace", TTY: tty}
-	var copies sync.WaitGroup
-	var closeAfterStart []*os.File
-	if tty {
-		if ws, err := unix.IoctlGetWinsize(int(os.Stdin.Fd()), unix.TIOCGWINSZ); err == nil {
-			req.Rows, req.Cols = ws.Row, ws.Col
-		}
-	} else {
-		// Hand plain files and pipes to the command as they are; put a pipe
-		// in front of any terminal so the sandbox never holds ours.
-		streams := []struct {
-			f   *os.File
-			in  bool
-			dst **os.File
-		}{{stdin, true, &req.Stdin}, {os.Stdout, false, &req.Stdout}, {os.Stderr, false, &req.Stderr}}
-		for _, s := range streams {
-			if !term.IsTerminal(int(s.f.Fd())) {
-				*s.dst = s.f
-				continue
-			}
-			r, w, err := os.Pipe()
-			if err != nil {
-				return fail(exitSetup, "pipe: %v", err)
-			}
-			if s.in {
-				*s.dst = r
-				closeAfterStart = append(closeAfterStart, r)
-				if ask != nil {
-					ask.copying.Add(1)
-				}
-				go func(src *os.File) {
-					io.Copy(w, src)
-					w.Close()
-					if ask != nil {
-						ask.copying.Done()
-					}
-				}(s.f)
-			} else {
-				*s.dst = w
-				closeAfterStart = append(closeAfterStart, w)
-				copies.Add(1)
-				go func(dst *os.File) { defer copies.Done(); io.Copy(dst, r); r.Close() }(s.f)
-			}
-		}
+	if proc == nil && startErr == nil {
+		proc, startErr = sb.Exec(ctx, req)
 	}
-	proc, err := sb.Exec(ctx, req)
 	for _, c := range closeAfterStart {
 		c.Close()
 	}
-	if err != nil {
+	if startErr != nil {
 		code := exitNotExec
-		if errors.Is(err, runtime.ErrCommandNotFound) {
+		if errors.Is(startErr, runtime.ErrCommandNotFound) {
 			code = exitNotFound
 		}
-		return fail(code, "%v", err)
+		return fail(code, "%v", startErr)
 	}
 	if f.verbose {
 		fmt.Fprintf(stderr, "airlock: command started %.2fms after the sandbox\n", float64(time.Since(t0)-created)/1e6)

@@ -33,6 +33,8 @@ type Server struct {
 	stdins  map[uint64]chan *Stdin      // request id -> queue of a captured process's stdin writer
 	pids    map[uint64]int              // request id -> pid
 	collect map[uint64]int              // request id -> ExecRequest.Collect, while it runs
+	// Signals, when set, were caught before Serve (CatchSignals).
+	Signals *Signals
 	// finished lists the captured processes that exited, oldest first,
 	// whose output is still kept (see keepFinished).
 	finished []uint64
@@ -56,6 +58,29 @@ const maxPending = 1 << 16
 // of its output (a child it left may hold the output open).
 const exitFlush = 100 * time.Millisecond
 
+// Signals are the signals an agent catches (CatchSignals).
+type Signals struct {
+	ready        chan struct{}
+	child, other chan os.Signal
+}
+
+// CatchSignals starts catching, on a goroutine, the signals Serve handles:
+// SIGCHLD, to reap, and (caught, never ignored: SIG_IGN would be inherited
+// across exec by every process the agent starts) those that would end the
+// agent, so that `kill -TERM 1` from inside cannot tear the sandbox down.
+// Catching each costs a round trip to the Go runtime's signal thread: an
+// init calls this before its setup, so that the first command, which
+// follows the setup at once, does not wait for them.
+func CatchSignals() *Signals {
+	sigs := &Signals{ready: make(chan struct{}), child: make(chan os.Signal, 16), other: make(chan os.Signal, 16)}
+	go func() {
+		signal.Notify(sigs.child, unix.SIGCHLD)
+		signal.Notify(sigs.other, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGPIPE, unix.SIGUSR1, unix.SIGUSR2)
+		close(sigs.ready)
+	}()
+	return sigs
+}
+
 // NewServer returns a server on conn. With a listener (a listening unix
 // socket only the supervisor side can reach), the sandbox survives the loss
 // of its channel and waits for the next supervisor there.
@@ -68,19 +93,17 @@ func NewServer(conn *Conn, listener *os.File) *Server {
 // next supervisor instead, and only a failing listener ends the sandbox. As PID 1 it also reaps every
 // orphan that the kernel reparents to it.
 func (s *Server) Serve() error {
-	sigc := make(chan os.Signal, 16)
-	signal.Notify(sigc, unix.SIGCHLD)
-	// Catch (never ignore: SIG_IGN would be inherited across exec by every
-	// process the agent starts) the signals that would end the agent, so
-	// that `kill -TERM 1` from inside cannot tear the sandbox down.
-	other := make(chan os.Signal, 16)
-	signal.Notify(other, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGPIPE, unix.SIGUSR1, unix.SIGUSR2)
+	sigs := s.Signals
+	if sigs == nil {
+		sigs = CatchSignals()
+	}
+	<-sigs.ready
 	go func() {
-		for range other {
+		for range sigs.other {
 		}
 	}()
 	go func() {
-		for range sigc {
+		for range sigs.child {
 			s.reap()
 		}
 	}()

@@ -26,6 +26,18 @@ type Runtime interface {
 	Create(ctx context.Context, spec *Spec) (Sandbox, error)
 }
 
+// FirstExecer is a Runtime that can start a sandbox's first command with
+// the sandbox: the request goes in with the setup, and the command starts
+// as soon as the sandbox is ready, without a round trip in between (for a
+// one-shot run, which has nothing to do between the two). If the sandbox
+// cannot be made, it returns a nil Sandbox and nothing is left behind; if
+// the command cannot be started, it returns the Sandbox (for the caller
+// to destroy) with Exec's error. Info().Steps["started"] is the time from
+// the sandbox being ready to the command started.
+type FirstExecer interface {
+	CreateExec(ctx context.Context, spec *Spec, req *ExecRequest) (Sandbox, Process, error)
+}
+
 // Sandbox is a running sandbox.
 type Sandbox interface {
 	ID() string

@@ -55,6 +55,8 @@ func InitMain() {
 		os.Exit(121)
 	}
 	conn := agent.NewConn(os.NewFile(controlFD, "control"))
+	// Caught while the setup is on its way and applied.
+	sigs := agent.CatchSignals()
 	// The first message this init sends (ready, or the error) builds
 	// encoding/json's encoders of the channel's messages (about 0.2 ms):
 	// built meanwhile, while the setup is on its way and applied.
@@ -85,7 +87,9 @@ func InitMain() {
 		}
 	}
 	handedOut = nil
-	agent.NewServer(conn, listener).Serve()
+	srv := agent.NewServer(conn, listener)
+	srv.Signals = sigs
+	srv.Serve()
 	os.Exit(0)
 }
 

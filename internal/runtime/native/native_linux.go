@@ -110,19 +110,46 @@ func DefaultStateRoot() string {
 }
 
 // Create implements runtime.Runtime.
-func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.Sandbox, retErr error) {
+func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (runtime.Sandbox, error) {
+	sb, _, err := r.create(ctx, spec, nil)
+	if err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// CreateExec implements runtime.FirstExecer: req's request follows the
+// setup on the control channel, and the init's agent finds it waiting as
+// soon as it sent ready.
+func (r *Runtime) CreateExec(ctx context.Context, spec *runtime.Spec, req *runtime.ExecRequest) (runtime.Sandbox, runtime.Process, error) {
+	sb, p, err := r.create(ctx, spec, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	t0 := time.Now()
+	proc, err := sb.started(ctx, p)
+	sb.info.Steps["started"] = time.Since(t0)
+	if err != nil {
+		return sb, nil, err
+	}
+	return sb, proc, nil
+}
+
+// create makes the sandbox and, with first, sends first's request after
+// the setup (the process it returns has not started yet).
+func (r *Runtime) create(ctx context.Context, spec *runtime.Spec, first *runtime.ExecRequest) (_ *sandbox, _ *process, retErr error) {
 	if builtWithCgo && len(initbin.Bin()) == 0 {
 		// The init would be this binary, and it could not set secure bits,
 		// capabilities and no_new_privs on all of its threads.
-		return nil, &LayerError{Layer: layerCaps, Err: errors.New("this airlock was built with cgo, and its sandbox init cannot drop privileges on every thread"),
+		return nil, nil, &LayerError{Layer: layerCaps, Err: errors.New("this airlock was built with cgo, and its sandbox init cannot drop privileges on every thread"),
 			Fix: "rebuild with CGO_ENABLED=0, as `make build` does"}
 	}
 	if !spec.Insecure.NoSeccomp && len(spec.Seccomp) == 0 {
-		return nil, &LayerError{Layer: layerSeccomp, Err: errors.New("no seccomp filter in the spec"), Fix: "compile the default profile, or pass --insecure-no-seccomp"}
+		return nil, nil, &LayerError{Layer: layerSeccomp, Err: errors.New("no seccomp filter in the spec"), Fix: "compile the default profile, or pass --insecure-no-seccomp"}
 	}
 	if spec.Image != "" {
 		if err := CheckImage(spec.Image); err != nil {
-			return nil, &LayerError{Layer: layerFilesystem, Err: err}
+			return nil, nil, &LayerError{Layer: layerFilesystem, Err: err}
 		}
 	}
 	warmJSON()
@@ -138,7 +165,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	if id == "" {
 		id = newID()
 	} else if !isID(id) {
-		return nil, fmt.Errorf("sandbox id %q: want 16 lowercase hex digits: %w", id, runtime.ErrInvalid)
+		return nil, nil, fmt.Errorf("sandbox id %q: want 16 lowercase hex digits: %w", id, runtime.ErrInvalid)
 	}
 	root := r.stateRoot()
 	// Clearing what dead supervisors left is not on this sandbox's path;
@@ -147,12 +174,12 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	go func() { sweep(root, r.Volumes); close(swept) }()
 	cu.add(func() { <-swept })
 	if err := ensureStateRoot(root); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	stateDir := filepath.Join(root, id)
 	rootless := os.Geteuid() != 0
 	if rootless && spec.RecordExec {
-		return nil, &LayerError{Layer: layerRecord, Err: errors.New("the activity record needs root (the proc connector needs CAP_NET_ADMIN on the host)"), Fix: "run as root, or without --record"}
+		return nil, nil, &LayerError{Layer: layerRecord, Err: errors.New("the activity record needs root (the proc connector needs CAP_NET_ADMIN on the host)"), Fix: "run as root, or without --record"}
 	}
 	var lease *uidpool.Lease
 	if !rootless {
@@ -160,10 +187,10 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		// the rollback) only once it is gone and the init is dead.
 		pool, err := r.pool()
 		if err != nil {
-			return nil, &LayerError{Layer: layerNamespaces, Err: err, Fix: "see `airlock doctor` (uid pool)"}
+			return nil, nil, &LayerError{Layer: layerNamespaces, Err: err, Fix: "see `airlock doctor` (uid pool)"}
 		}
 		if lease, err = leases.Acquire(pool, uidpool.Owner{Sandbox: id, StateDir: stateDir}); err != nil {
-			return nil, &LayerError{Layer: layerNamespaces, Err: err, Fix: "destroy sandboxes, or configure a larger uid pool (--uid-pool, uid_pool)"}
+			return nil, nil, &LayerError{Layer: layerNamespaces, Err: err, Fix: "destroy sandboxes, or configure a larger uid pool (--uid-pool, uid_pool)"}
 		}
 		cu.add(func() { releaseLease(lease, stateDir) })
 	}
@@ -172,13 +199,13 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 			lease.Release() // nothing of this sandbox exists yet
 		}
 		if os.IsExist(err) {
-			return nil, fmt.Errorf("sandbox %s: %w", id, runtime.ErrExists)
+			return nil, nil, fmt.Errorf("sandbox %s: %w", id, runtime.ErrExists)
 		}
-		return nil, fmt.Errorf("state directory: %w", err)
+		return nil, nil, fmt.Errorf("state directory: %w", err)
 	}
 	cu.add(func() { os.RemoveAll(stateDir) })
 	if err := os.Mkdir(filepath.Join(stateDir, "root"), 0o755); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	sb := &sandbox{id: id, stateDir: stateDir, procs: map[uint64]*process{}, done: make(chan struct{}), swept: swept, detached: r.Detached, listen: spec.Listen, lease: lease, agentVersion: agent.Version, recordExec: spec.RecordExec}
@@ -188,7 +215,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	// the init mounts (ws stays empty); either way capped at the disk limit.
 	ws := spec.Workspace
 	if spec.WorkspaceSnapshot != "" && (ws != "" || r.Volumes == nil) {
-		return nil, fmt.Errorf("a workspace from snapshot %s needs a fresh workspace on a volume: %w", spec.WorkspaceSnapshot, errdefs.ErrNotSupported)
+		return nil, nil, fmt.Errorf("a workspace from snapshot %s needs a fresh workspace on a volume: %w", spec.WorkspaceSnapshot, errdefs.ErrNotSupported)
 	}
 	var wst unix.Stat_t // a tmpfs workspace: as if owned by root
 	// volumeMade, when set, waits for a fresh volume made meanwhile (see
@@ -207,7 +234,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 			size := orDefault(spec.Limits.Disk, defaultDisk)
 			planned, err := r.Volumes.Planned(id, size)
 			if err != nil {
-				return nil, &LayerError{Layer: layerDisk, Err: err, Fix: fixFor(layerDisk)}
+				return nil, nil, &LayerError{Layer: layerDisk, Err: err, Fix: fixFor(layerDisk)}
 			}
 			uid, gid := workspaceOwner()
 			done := make(chan struct{})
@@ -245,7 +272,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 			t0 := time.Now()
 			vol, err := r.Volumes.CreateFrom(id, orDefault(spec.Limits.Disk, defaultDisk), spec.WorkspaceSnapshot)
 			if err != nil {
-				return nil, &LayerError{Layer: layerDisk, Err: err, Fix: fixFor(layerDisk)}
+				return nil, nil, &LayerError{Layer: layerDisk, Err: err, Fix: fixFor(layerDisk)}
 			}
 			cu.add(func() { vol.Remove() })
 			sb.volume, ws = vol, vol.Path
@@ -254,16 +281,16 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	} else {
 		abs, err := filepath.Abs(ws)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		ws = abs
 	}
 	if ws != "" && volumeMade == nil {
 		if err := unix.Stat(ws, &wst); err != nil {
-			return nil, fmt.Errorf("workspace %s: %w", ws, err)
+			return nil, nil, fmt.Errorf("workspace %s: %w", ws, err)
 		}
 		if wst.Mode&unix.S_IFMT != unix.S_IFDIR {
-			return nil, fmt.Errorf("workspace %s: not a directory", ws)
+			return nil, nil, fmt.Errorf("workspace %s: not a directory", ws)
 		}
 	}
 	sb.workspace = ws
@@ -271,7 +298,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		for _, d := range []string{"upper", "work"} {
 			fi, err := os.Lstat(filepath.Join(spec.WorkspaceLayer, d))
 			if err != nil || !fi.IsDir() {
-				return nil, &LayerError{Layer: layerWorkspace, Err: fmt.Errorf("layer directory %s: no %s directory", spec.WorkspaceLayer, d), Fix: fixFor(layerWorkspace)}
+				return nil, nil, &LayerError{Layer: layerWorkspace, Err: fmt.Errorf("layer directory %s: no %s directory", spec.WorkspaceLayer, d), Fix: fixFor(layerWorkspace)}
 			}
 		}
 	}
@@ -281,7 +308,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	}
 	sb.info.HostUID, sb.info.HostGID, sb.info.HostIDs = uid, gid, ids
 	if err := writeState(stateDir, &stateFile{Workspace: ws, Volume: sb.volume, HostUID: uid, HostGID: gid, Rootless: rootless}); err != nil {
-		return nil, fmt.Errorf("state directory: %w", err)
+		return nil, nil, fmt.Errorf("state directory: %w", err)
 	}
 	exe, exeEnv := r.initProgram()
 	var owners *ownerNamespaces
@@ -324,13 +351,13 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	threadIn := !cgv2 && !rootless
 	if !spec.Insecure.NoCgroups && (cgv2 || threadIn) {
 		if err := newCgroup(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 
 	parentEnd, childEnd, err := agent.SocketPair()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cu.add(func() { parentEnd.Close() })
 	attr := initAttr(uid, gid, ids, rootless, childEnd)
@@ -358,10 +385,10 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	childEnd.Close()
 	var le *LayerError
 	if errors.As(err, &le) {
-		return nil, err
+		return nil, nil, err
 	}
 	if err != nil {
-		return nil, &LayerError{Layer: layerNamespaces, Err: fmt.Errorf("start sandbox init: %w", err),
+		return nil, nil, &LayerError{Layer: layerNamespaces, Err: fmt.Errorf("start sandbox init: %w", err),
 			Fix: "airlock needs user namespaces: check that /proc/sys/user/max_user_namespaces > 0 and, on Debian/Ubuntu, kernel.unprivileged_userns_clone=1 (or the AppArmor userns restriction) allows them, or run as root"}
 	}
 	steps["clone"] = time.Since(t0)
@@ -372,24 +399,24 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	cu.add(func() { sb.killInit(); <-sb.exited })
 	if lease != nil {
 		if err := lease.SetInit(pid); err != nil {
-			return nil, &LayerError{Layer: layerNamespaces, Err: err}
+			return nil, nil, &LayerError{Layer: layerNamespaces, Err: err}
 		}
 	}
 
 	if !spec.Insecure.NoCgroups && !cgv2 && !threadIn {
 		if err := newCgroup(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		t0 = time.Now()
 		if err := sb.cg.Add(sb.initPid); err != nil {
-			return nil, &LayerError{Layer: layerCgroups, Err: err, Fix: "check cgroup permissions, or pass --insecure-no-cgroups"}
+			return nil, nil, &LayerError{Layer: layerCgroups, Err: err, Fix: "check cgroup permissions, or pass --insecure-no-cgroups"}
 		}
 		steps["cgroups"] += time.Since(t0)
 	}
 
 	if volumeMade != nil {
 		if err := volumeMade(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	st, fds, err := sb.buildSetup(spec, root, sb.initPid, owners)
@@ -399,12 +426,12 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		}
 	}()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if r.Detached {
 		ln, err := listenAgent(stateDir)
 		if err != nil {
-			return nil, fmt.Errorf("agent socket: %w", err)
+			return nil, nil, fmt.Errorf("agent socket: %w", err)
 		}
 		fds = append(fds, ln) // closed here once sent; the init keeps its copy
 		st.Detached = true
@@ -413,7 +440,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	t0 = time.Now()
 	raw, err := json.Marshal(st)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	conn := agent.NewConn(parentEnd)
 	sb.conn = conn
@@ -422,11 +449,19 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		intFDs[i] = int(f.Fd())
 	}
 	if err := conn.Send(&agent.Message{Type: agent.TypeSetup, Setup: raw}, intFDs...); err != nil {
-		return nil, fmt.Errorf("send setup to sandbox init: %w", err)
+		return nil, nil, fmt.Errorf("send setup to sandbox init: %w", err)
+	}
+	var firstProc *process
+	if first != nil {
+		// The init reads it once it is ready; a failed setup drops it
+		// with the channel.
+		if firstProc, err = sb.sendExec(first); err != nil {
+			return nil, nil, err
+		}
 	}
 	ready, err := sb.awaitReady(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cu.add(sb.closeListeners)
 	cu.add(func() {
@@ -435,17 +470,17 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 		}
 	})
 	if spec.RecordExec && sb.execListener == nil {
-		return nil, &LayerError{Layer: layerRecord, Err: errors.New("no exec listener from the sandbox init")}
+		return nil, nil, &LayerError{Layer: layerRecord, Err: errors.New("no exec listener from the sandbox init")}
 	}
 	if spec.RecordExec && r.Detached && ready.ExecListenerFD <= 0 {
 		// Without the init's copy, the listener would close with this
 		// process and execs inside would fail (ENOSYS) rather than wait.
-		return nil, &LayerError{Layer: layerRecord, Err: errors.New("the sandbox init keeps no copy of the exec listener for a later supervisor")}
+		return nil, nil, &LayerError{Layer: layerRecord, Err: errors.New("the sandbox init keeps no copy of the exec listener for a later supervisor")}
 	}
 	sb.execListenerFD = ready.ExecListenerFD
 	sb.rootFD = ready.RootFD
 	if len(sb.listeners) != len(spec.Listen) {
-		return nil, &LayerError{Layer: layerNamespaces, Err: fmt.Errorf("asked for %d listeners inside the sandbox, got %d", len(spec.Listen), len(sb.listeners))}
+		return nil, nil, &LayerError{Layer: layerNamespaces, Err: fmt.Errorf("asked for %d listeners inside the sandbox, got %d", len(spec.Listen), len(sb.listeners))}
 	}
 	steps["setup"] = time.Since(t0)
 	for k, v := range ready.Steps {
@@ -458,20 +493,20 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 			err = sb.cg.SetPids(spec.Limits.Pids + n + agentSparePids)
 		}
 		if err != nil {
-			return nil, &LayerError{Layer: layerCgroups, Err: fmt.Errorf("set the pids limit: %w", err)}
+			return nil, nil, &LayerError{Layer: layerCgroups, Err: fmt.Errorf("set the pids limit: %w", err)}
 		}
 	}
 	sb.placeholders = ready.Placeholders
 	if len(sb.placeholders) > 0 || sb.cg != nil || r.Detached {
 		if err := writeState(stateDir, sb.state()); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if r.Reaper && !r.Detached {
 		sb.startReaperLater(exe, exeEnv, reaperDelay)
 	}
 	go sb.readLoop()
-	return sb, nil
+	return sb, firstProc, nil
 }
 
 // buildSetup assembles the init's setup and, as root, the detached mounts

@@ -189,6 +189,15 @@ func closed(ch chan struct{}) bool {
 
 // Exec implements runtime.Sandbox.
 func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.Process, error) {
+	p, err := sb.sendExec(req)
+	if err != nil {
+		return nil, err
+	}
+	return sb.started(ctx, p)
+}
+
+// sendExec registers a process for req and sends its request.
+func (sb *sandbox) sendExec(req *runtime.ExecRequest) (*process, error) {
 	if len(req.Argv) == 0 {
 		return nil, errors.New("exec: empty command")
 	}
@@ -200,10 +209,8 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 	}
 	sb.procs[p.id] = p
 	sb.mu.Unlock()
-	fail := func(err error) (runtime.Process, error) {
-		sb.mu.Lock()
-		delete(sb.procs, p.id)
-		sb.mu.Unlock()
+	fail := func(err error) (*process, error) {
+		sb.forget(p)
 		return nil, err
 	}
 	msg := &agent.Message{Type: agent.TypeExec, Exec: &agent.ExecRequest{
@@ -225,17 +232,34 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 	if err := sb.conn.Send(msg, fds...); err != nil {
 		return fail(fmt.Errorf("exec: %w", err))
 	}
+	return p, nil
+}
+
+// started waits for the agent's answer to p's request.
+func (sb *sandbox) started(ctx context.Context, p *process) (runtime.Process, error) {
+	var err error
 	select {
 	case <-p.started:
+		if p.startErr != nil {
+			err = startError(p.startErr)
+		}
 	case <-sb.done:
-		return fail(ErrSandboxGone)
+		err = ErrSandboxGone
 	case <-ctx.Done():
-		return fail(ctx.Err())
+		err = ctx.Err()
 	}
-	if p.startErr != nil {
-		return fail(startError(p.startErr))
+	if err != nil {
+		sb.forget(p)
+		return nil, err
 	}
 	return p, nil
+}
+
+// forget drops p, which did not start.
+func (sb *sandbox) forget(p *process) {
+	sb.mu.Lock()
+	delete(sb.procs, p.id)
+	sb.mu.Unlock()
 }
 
 // startError is the error of an exec the agent could not start, with the
