@@ -606,7 +606,7 @@ func printScale(res []scaleResult, n int, diskQuota string, haveBwrap bool) {
 	if sum := last.mem.sum(); sum > 0 {
 		fmt.Printf("idle sandboxes that fit in 24 GiB at %.2f MiB each (sum of the parts): %d\n", sum, int(24*1024/sum))
 	}
-	fmt.Println("(flat extrapolations: every memory cgroup's shrinker table grows with the host's most superblocks, 1 KiB per 64, and each sandbox holds about 10; README, Density)")
+	fmt.Println("(flat extrapolations: every memory cgroup's shrinker table grows with the host's most superblocks, 1 KiB per 64, and each sandbox holds about 10; docs/performance.md, Density)")
 }
 
 func loadavg() string {
