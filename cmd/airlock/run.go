@@ -334,10 +334,8 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		signal.Notify(sigc, runtime.ForwardedSignals...)
 		close(sigReady)
 	}()
-	defer func() {
-		<-sigReady
-		signal.Stop(sigc)
-	}()
+	// Not stopped when the run ends: the process exits then, and stopping
+	// would cost the same round trip per signal again.
 	p, err := buildPolicy(f)
 	if err != nil {
 		return fail(exitSetup, "%v", err)
