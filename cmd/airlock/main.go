@@ -57,6 +57,9 @@ func main() {
 		native.ReapMain()
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "run" {
+		catchRunSignals() // meanwhile (see there)
+	}
 	root := &cobra.Command{
 		Use:           "airlock",
 		Short:         "Run untrusted code in a sandbox",

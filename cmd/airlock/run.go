@@ -319,23 +319,29 @@ func absAll(paths []string) []string {
 	return out
 }
 
+// catchRunSignals starts catching the signals `airlock run` forwards to
+// its command, once per process, on a goroutine: each costs a round trip
+// to the Go runtime's signal thread (0.5 ms for the seven here), so main
+// starts it as soon as it sees `run`, and runRun waits for it only before
+// it makes the sandbox. They are never stopped: the process exits when
+// the run ends, and stopping costs the same round trips again.
+var catchRunSignals = sync.OnceValues(func() (chan os.Signal, chan struct{}) {
+	sigc := make(chan os.Signal, 8)
+	ready := make(chan struct{})
+	go func() {
+		signal.Notify(sigc, runtime.ForwardedSignals...)
+		close(ready)
+	}()
+	return sigc, ready
+})
+
 func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 	stderr := cmd.ErrOrStderr()
 	fail := func(code int, format string, args ...any) error {
 		fmt.Fprintf(stderr, "airlock: "+format+"\n", args...)
 		return exitError{code}
 	}
-	// Catching signals costs a round trip to the runtime's signal thread
-	// per signal (0.2 to 1 ms in all): done meanwhile, and waited for
-	// before anything is made.
-	sigc := make(chan os.Signal, 8)
-	sigReady := make(chan struct{})
-	go func() {
-		signal.Notify(sigc, runtime.ForwardedSignals...)
-		close(sigReady)
-	}()
-	// Not stopped when the run ends: the process exits then, and stopping
-	// would cost the same round trip per signal again.
+	sigc, sigReady := catchRunSignals()
 	p, err := buildPolicy(f)
 	if err != nil {
 		return fail(exitSetup, "%v", err)
