@@ -63,11 +63,19 @@ func Spec(p *policy.Policy, o Opts) (*runtime.Spec, error) {
 		s.Binds = append(s.Binds, runtime.Bind{Source: m.Source, Target: m.Target, Writable: true})
 	}
 	if !o.Insecure.NoSeccomp {
-		prof := seccomp.Default()
-		if err := prof.Deny(p.Seccomp.Deny...); err != nil {
-			return nil, err
+		// The default profile's program is compiled ahead; a policy
+		// that denies more compiles its own.
+		var prog []seccomp.SockFilter
+		var err error
+		if len(p.Seccomp.Deny) == 0 {
+			prog, err = seccomp.DefaultProgram()
+		} else {
+			prof := seccomp.Default()
+			if err := prof.Deny(p.Seccomp.Deny...); err != nil {
+				return nil, err
+			}
+			prog, err = prof.Compile()
 		}
-		prog, err := prof.Compile()
 		if err != nil {
 			return nil, err
 		}

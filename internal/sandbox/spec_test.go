@@ -8,6 +8,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/cache"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/seccomp"
 )
 
 func lookupFrom(m map[string]string) func(string) (string, bool) {
@@ -71,6 +72,17 @@ func TestSpecSeccomp(t *testing.T) {
 	base, err := Spec(&policy.Policy{}, Opts{})
 	if err != nil || len(base.Seccomp) == 0 {
 		t.Fatalf("default spec: %d instructions, %v", len(base.Seccomp), err)
+	}
+	// The default program (compiled ahead) is the compiler's, as is.
+	if want, err := seccomp.Default().Compile(); err == nil {
+		same := len(want) == len(base.Seccomp)
+		for i := 0; same && i < len(want); i++ {
+			in := base.Seccomp[i]
+			same = in.Code == want[i].Code && in.Jt == want[i].Jt && in.Jf == want[i].Jf && in.K == want[i].K
+		}
+		if !same {
+			t.Errorf("default spec: its %d instructions are not the %d Default().Compile() makes", len(base.Seccomp), len(want))
+		}
 	}
 	tight, err := Spec(&policy.Policy{Seccomp: policy.Seccomp{Deny: []string{"chmod", "fchmodat"}}}, Opts{})
 	if err != nil {

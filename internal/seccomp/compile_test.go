@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+var update = flag.Bool("update", false, "rewrite testdata/*.golden (and default_program.go: TestDefaultPrograms)")
 
 const (
 	cloneThreadFlags = 0x3d0f00 // CLONE_VM|FS|FILES|SIGHAND|SYSVSEM|THREAD|SETTLS|PARENT_SETTID|CHILD_CLEARTID
