@@ -19,9 +19,5 @@ func decodeFilter(b []byte) ([]seccomp.SockFilter, error) {
 	if err != nil {
 		return nil, err
 	}
-	prog := make([]seccomp.SockFilter, len(p))
-	for i, in := range p {
-		prog[i] = seccomp.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
-	}
-	return prog, nil
+	return p.Filter(), nil
 }

@@ -167,9 +167,5 @@ func applySeccomp(prog []runtime.SockFilter) error {
 	if len(prog) == 0 {
 		return errors.New("no filter program was supplied")
 	}
-	filter := make([]unix.SockFilter, len(prog))
-	for i, in := range prog {
-		filter[i] = unix.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
-	}
-	return seccomp.Install(filter)
+	return seccomp.Install(runtime.Program(prog).Filter())
 }
