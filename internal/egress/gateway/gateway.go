@@ -382,6 +382,25 @@ func (g *Gateway) reserve(n int) bool {
 	return true
 }
 
+// reserveUpTo takes as much of n bytes as the byte budget has left and
+// returns how many it took; fewer than n means the budget ran out (the
+// caller sends those, then trips).
+func (g *Gateway) reserveUpTo(n int) int {
+	if g.cfg.MaxBytes <= 0 {
+		return n
+	}
+	for {
+		used := g.used.Load()
+		k := min(int64(n), g.cfg.MaxBytes-used)
+		if k <= 0 {
+			return 0
+		}
+		if g.used.CompareAndSwap(used, used+k) {
+			return int(k)
+		}
+	}
+}
+
 func (g *Gateway) trip() {
 	g.tripOnce.Do(func() {
 		g.tripped.Store(true)

@@ -14,6 +14,11 @@ const relayBuf = 32 << 10
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, relayBuf); return &b }}
 
+// splicing counts the tunnel directions relayed with splice(2) (Linux,
+// TCP or unix stream sockets on both sides) since the process started;
+// tests read it to know which path ran.
+var splicing atomic.Int64
+
 var (
 	errIdle      = errors.New("idle timeout")
 	errByteLimit = errors.New("byte limit reached")
@@ -84,6 +89,9 @@ func (t *tunnel) pump(dst, src net.Conn, n *atomic.Int64, first []byte, check fu
 			return err
 		}
 	}
+	if ok, err := t.splicePump(dst, src, n); ok {
+		return err
+	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
@@ -98,22 +106,36 @@ func (t *tunnel) pump(dst, src net.Conn, n *atomic.Int64, first []byte, check fu
 		if rerr == nil {
 			continue
 		}
-		var ne net.Error
-		if errors.As(rerr, &ne) && ne.Timeout() {
-			if t.idleFor() < t.idle {
-				continue // the other direction is busy
-			}
-			return errIdle
+		if err := t.readEnd(dst, rerr); !errors.Is(err, errAgain) {
+			return err
 		}
-		if errors.Is(rerr, io.EOF) {
-			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-				cw.CloseWrite()
-				return nil
-			}
-			return errors.New("peer closed") // cannot half-close: end the tunnel
-		}
-		return rerr
 	}
+}
+
+// errAgain: the read that failed timed out while the other direction was
+// busy; read on.
+var errAgain = errors.New("read again")
+
+// readEnd decides what a failed read of a tunnel's source means: a
+// deadline while the tunnel is not idle (errAgain), the idle timeout, the
+// end of the stream (dst half-closed, nil), or an error that ends the
+// tunnel.
+func (t *tunnel) readEnd(dst net.Conn, rerr error) error {
+	var ne net.Error
+	if errors.As(rerr, &ne) && ne.Timeout() {
+		if t.idleFor() < t.idle {
+			return errAgain // the other direction is busy
+		}
+		return errIdle
+	}
+	if errors.Is(rerr, io.EOF) {
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+			return nil
+		}
+		return errors.New("peer closed") // cannot half-close: end the tunnel
+	}
+	return rerr
 }
 
 func (t *tunnel) write(dst net.Conn, p []byte, n *atomic.Int64) error {
