@@ -97,6 +97,10 @@ type Config struct {
 	// copied (time grows with the workspace). Logged at start, and shown
 	// by airlock doctor.
 	CopyOnWrite string `yaml:"copy_on_write"`
+	// SpareVolumes is how many empty volumes of each recently asked-for
+	// disk size are kept made ahead (with copy_on_write), so that a cold
+	// creation takes one instead of making it. Default 2; 0: none.
+	SpareVolumes *int `yaml:"spare_volumes"`
 	// SnapshotQuota caps the bytes all workspace snapshots hold (in
 	// <data_dir>/snapshots), e.g. 10G; a snapshot past it is refused
 	// (409) once fork snapshots no live sandbox uses are collected.
@@ -120,6 +124,9 @@ type Config struct {
 // DefaultDiskReserve is the default of disk_reserve.
 const DefaultDiskReserve = 1 << 30
 
+// DefaultSpareVolumes is the default of spare_volumes.
+const DefaultSpareVolumes = 2
+
 // volumes opens where the daemon keeps sandbox workspaces (disk_quota):
 // nil means tmpfs workspaces inside each sandbox.
 func (c *Config) volumes(log *slog.Logger) (*quota.Volumes, error) {
@@ -134,6 +141,9 @@ func (c *Config) volumes(log *slog.Logger) (*quota.Volumes, error) {
 	dir := filepath.Join(c.DataDir, "volumes")
 	if c.CopyOnWrite != "" && c.CopyOnWrite != "auto" && c.CopyOnWrite != "off" {
 		return nil, fmt.Errorf("config: copy_on_write: %q: want auto or off", c.CopyOnWrite)
+	}
+	if c.SpareVolumes != nil && (*c.SpareVolumes < 0 || *c.SpareVolumes > 64) {
+		return nil, fmt.Errorf("config: spare_volumes: %d: want 0 to 64", *c.SpareVolumes)
 	}
 	switch c.DiskQuota {
 	case "", quota.KindAuto:
@@ -158,7 +168,11 @@ func (c *Config) volumes(log *slog.Logger) (*quota.Volumes, error) {
 // volumeOptions are the volumes' settings: copy-on-write in a pool in the
 // data directory unless copy_on_write is off.
 func (c *Config) volumeOptions(kind string, reserve int64) quota.Options {
-	return quota.Options{Kind: kind, Reserve: reserve, CopyOnWrite: c.CopyOnWrite, Pool: filepath.Join(c.DataDir, "volumes.pool")}
+	spares := DefaultSpareVolumes
+	if c.SpareVolumes != nil {
+		spares = *c.SpareVolumes
+	}
+	return quota.Options{Kind: kind, Reserve: reserve, CopyOnWrite: c.CopyOnWrite, Pool: filepath.Join(c.DataDir, "volumes.pool"), Spares: spares}
 }
 
 // Insecure opts every sandbox of the daemon out of isolation layers, by

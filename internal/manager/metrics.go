@@ -1,6 +1,10 @@
 package manager
 
-import "github.com/airlock-dev/airlock/internal/metrics"
+import (
+	"strconv"
+
+	"github.com/airlock-dev/airlock/internal/metrics"
+)
 
 // Metrics are the daemon's Prometheus metrics.
 type Metrics struct {
@@ -53,4 +57,14 @@ func (m *Metrics) bind(mg *Manager) {
 			}
 			return out
 		})
+	if vs := mg.cfg.Volumes; vs != nil {
+		m.Registry.GaugeFunc("airlock_volume_spares", "Empty volumes made ahead for cold creations, by disk size in bytes (spare_volumes).", "size",
+			func() map[string]float64 {
+				out := map[string]float64{}
+				for size, n := range vs.Spares() {
+					out[strconv.FormatInt(size, 10)] = float64(n)
+				}
+				return out
+			})
+	}
 }

@@ -403,11 +403,16 @@ func (vs *Volumes) ImagesReachable() bool {
 	return isMountPoint(vs.dir)
 }
 
-// Close unmounts the pool when the volumes opened it and nothing in it is
-// in use (no volume mounted; a busy pool stays mounted, for the sandboxes
-// that outlive the daemon). The pool file stays.
+// Close removes the spare volumes, then unmounts the pool when the volumes
+// opened it and nothing in it is in use (no volume mounted; a busy pool
+// stays mounted, for the sandboxes that outlive the daemon). The pool
+// file stays.
 func (vs *Volumes) Close() error {
-	if vs == nil || vs.pool == "" {
+	if vs == nil {
+		return nil
+	}
+	vs.closeSpares()
+	if vs.pool == "" {
 		return nil
 	}
 	if err := unix.Unmount(vs.dir, 0); err != nil && err != unix.EBUSY && err != unix.EINVAL {

@@ -18,6 +18,12 @@ import (
 // reflinks, with a pool beside it, or skips.
 func openPool(t *testing.T) (*Volumes, string) {
 	t.Helper()
+	return openPoolWith(t, Options{})
+}
+
+// openPoolWith is openPool with options (o.Pool is set here).
+func openPoolWith(t *testing.T, o Options) (*Volumes, string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("loop volumes need root")
 	}
@@ -32,7 +38,8 @@ func openPool(t *testing.T) (*Volumes, string) {
 		t.Skip("the test directory's filesystem has reflinks: no pool would be made")
 	}
 	dir, pool := filepath.Join(base, "volumes"), filepath.Join(base, "volumes.pool")
-	vs, err := OpenWith(dir, Options{Pool: pool})
+	o.Pool = pool
+	vs, err := OpenWith(dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}

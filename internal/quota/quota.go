@@ -52,6 +52,10 @@ type Options struct {
 	// filesystem has no reflinks ("": none is made). It must be on the
 	// filesystem the directory is on.
 	Pool string
+	// Spares is how many volumes of each recently asked-for size are kept
+	// made ahead, so that Create hands one over instead of making it
+	// (spare_linux.go); only where images are cloned. 0: none.
+	Spares int
 }
 
 // InodeRatio is the bytes of a volume's size per inode it may hold: a

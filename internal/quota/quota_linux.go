@@ -30,6 +30,7 @@ type Volumes struct {
 	pool     string
 	poolFile string // the pool file of the options, mounted or not
 	held     heldCache
+	spare    spares // spare_linux.go
 }
 
 // Open prepares dir (created if missing, mode 0711) for volumes of the
@@ -61,14 +62,20 @@ func OpenWith(dir string, o Options) (*Volumes, error) {
 	if o.CopyOnWrite != "" && o.CopyOnWrite != "auto" && o.CopyOnWrite != "off" {
 		return nil, fmt.Errorf("copy_on_write %q: want auto or off", o.CopyOnWrite)
 	}
+	if o.Spares < 0 {
+		return nil, fmt.Errorf("spare volumes %d: must not be negative", o.Spares)
+	}
 	vs := &Volumes{dir: filepath.Clean(dir), kind: KindLoop, reserve: reserve}
+	vs.spare.ready, vs.spare.making = map[int64][]*Volume{}, map[int64]int{}
 	if err := vs.probeLoop(); err != nil {
 		return nil, fmt.Errorf("disk quota in %s: loop volumes: %w", dir, err)
 	}
 	vs.setupCoW(o)
+	vs.removeOrphans()
 	if vs.cow {
 		vs.thawAll()
 		os.RemoveAll(filepath.Join(vs.dir, blankDir))
+		vs.spare.keep = o.Spares
 	}
 	return vs, nil
 }
@@ -151,7 +158,15 @@ func (vs *Volumes) Create(name string, size int64, uid, gid int) (*Volume, error
 	if size < 1<<20 {
 		return nil, fmt.Errorf("volume %s: size %d: want at least 1 MiB: %w", name, size, errdefs.ErrInvalid)
 	}
-	return vs.create(name, size, uid, gid, true)
+	if v := vs.takeSpare(name, size, uid, gid); v != nil {
+		return v, nil
+	}
+	v, err := vs.create(name, size, uid, gid, true)
+	if errors.Is(err, errdefs.ErrExhausted) && vs.dropSpares() {
+		// The spares' promised space is what was missing.
+		v, err = vs.create(name, size, uid, gid, true)
+	}
+	return v, err
 }
 
 // Planned is the record of the volume Create(name, size, ...) makes, known
@@ -401,6 +416,9 @@ func (vs *Volumes) Remove(name string) error {
 // Sweep removes the volumes whose name keep does not accept (their owner
 // is gone).
 func (vs *Volumes) Sweep(keep func(name string) bool) {
+	// Spares and test volumes of a process killed meanwhile: removed once
+	// that process is gone.
+	vs.removeOrphans()
 	entries, err := os.ReadDir(vs.dir)
 	if err != nil {
 		return
@@ -409,16 +427,6 @@ func (vs *Volumes) Sweep(keep func(name string) bool) {
 	for _, e := range entries {
 		name := strings.TrimSuffix(e.Name(), ".img")
 		if seen[name] {
-			continue
-		}
-		if pid, ok := strings.CutPrefix(name, ".probe-"); ok && !seen[name] {
-			// A test volume of a daemon killed while it checked the
-			// host: removed once that process is gone.
-			seen[name] = true
-			if n, err := strconv.Atoi(pid); err == nil && unix.Kill(n, 0) == unix.ESRCH {
-				p := filepath.Join(vs.dir, name)
-				(&Volume{Kind: KindLoop, Path: p, Image: p + ".img"}).Remove()
-			}
 			continue
 		}
 		if strings.HasPrefix(name, ".") {

@@ -61,3 +61,6 @@ func (vs *Volumes) MountSnapshot(id, at string) (func() error, error) { return n
 func PlanCopyOnWrite(dir, pool string) (method, detail string) {
 	return MethodCopy, ErrUnsupported.Error()
 }
+
+// Spares: none on operating systems other than Linux.
+func (vs *Volumes) Spares() map[int64]int { return nil }

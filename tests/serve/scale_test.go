@@ -211,19 +211,27 @@ func TestLeak500(t *testing.T) {
 	if left := d.stateEntries(); len(left) != 0 {
 		t.Fatalf("%d state directories left", len(left))
 	}
-	// Workspace volumes (disk_quota) on the data disk: only the lock and
-	// the daemon's blank images (one per volume size, cloned for each new
-	// volume), and nothing in the latter but those.
+	// Workspace volumes (disk_quota) on the data disk: only the lock, the
+	// daemon's blank images (one per volume size, cloned for each new
+	// volume), and nothing in the latter but those, and its spare volumes
+	// (spare_volumes, default 2, of the one size used: a directory and an
+	// image each).
 	vdir := filepath.Join(d.dir, "data", "volumes")
 	vols, _ := os.ReadDir(vdir)
-	var left []string
+	var left, spares []string
 	for _, v := range vols {
-		if v.Name() != ".lock" && v.Name() != ".blank" {
+		switch {
+		case strings.HasPrefix(v.Name(), ".spare-"):
+			spares = append(spares, v.Name())
+		case v.Name() != ".lock" && v.Name() != ".blank":
 			left = append(left, v.Name())
 		}
 	}
 	if len(left) > 0 {
 		t.Fatalf("%d entries left in the volume directory: %v", len(left), left)
+	}
+	if len(spares) > 4 {
+		t.Fatalf("%d spare volume entries, want at most 2 volumes: %v", len(spares), spares)
 	}
 	if blanks, _ := os.ReadDir(filepath.Join(vdir, ".blank")); len(blanks) > 1 {
 		t.Fatalf("%d blank images for one volume size: %v", len(blanks), blanks)
@@ -254,8 +262,9 @@ func (d *daemon) countMounts() int {
 	n := 0
 	for _, line := range strings.Split(string(b), "\n") {
 		// Not the tmpfs on /run/airlock itself, made once and kept
-		// (internal/rundir).
-		if f := strings.Fields(line); len(f) > 4 && (strings.HasPrefix(f[4], d.dir+"/") || strings.Contains(f[4]+"/", "/airlock/")) && f[4] != "/run/airlock" {
+		// (internal/rundir), nor the spare volumes, made ahead and kept
+		// (spare_volumes: their number varies while they are made again).
+		if f := strings.Fields(line); len(f) > 4 && (strings.HasPrefix(f[4], d.dir+"/") || strings.Contains(f[4]+"/", "/airlock/")) && f[4] != "/run/airlock" && !strings.Contains(f[4], "/.spare-") {
 			n++
 		}
 	}
