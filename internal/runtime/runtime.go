@@ -65,8 +65,8 @@ type Process interface {
 
 // Warmer is implemented by sandboxes whose first command pays one-time
 // costs that can be paid ahead, while the sandbox waits in a warm pool
-// (gVisor: the sandbox kernel's first execution of a binary and the
-// agent's first request). Warm leaves nothing the sandbox's user could
+// (the agent's first captured exec and the sandbox's first load of a
+// dynamic binary; in gVisor, also its kernel's). Warm leaves nothing the sandbox's user could
 // see: no process, no output, and the first command still gets the first
 // process id. It is called at most once, before anything else runs.
 type Warmer interface {

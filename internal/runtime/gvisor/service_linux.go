@@ -175,20 +175,13 @@ func (s *agentSandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runt
 
 var _ runtime.Warmer = (*agentSandbox)(nil)
 
-// warmArgv is the command a pool member runs once before it is handed
-// out: a dynamically linked program found on every system root, so that
-// gVisor's first execve of a binary, its dynamic loader and libc (dentries,
-// file mappings, the systrap address-space pool) and the agent's first
-// captured exec (its threads, code pages and buffers) are paid by the
-// pool, not by the caller's first command.
-var warmArgv = []string{"true"}
-
-// Warm implements runtime.Warmer: one hidden captured exec through the
-// agent (see native.AgentClient.Warm). A root without the command is not
-// an error worth failing the pool for: the caller logs it.
+// Warm implements runtime.Warmer: one hidden captured exec of
+// native.WarmRequest through the agent (see native.AgentClient.Warm; in
+// gVisor it also pays the Sentry's first execve of a binary and the
+// systrap address-space pool). A root without the command is not an
+// error worth failing the pool for: the caller logs it.
 func (s *agentSandbox) Warm(ctx context.Context) error {
-	return s.AgentClient.Warm(ctx, &runtime.ExecRequest{Argv: warmArgv, Dir: "/workspace",
-		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}})
+	return s.AgentClient.Warm(ctx, native.WarmRequest())
 }
 
 // Done implements runtime.Watcher: the channel to the agent is gone (the

@@ -118,7 +118,34 @@ func (c *AgentClient) Upload(ctx context.Context, dir string, r io.Reader) error
 // binary and its libraries) for a sandbox that waits in a warm pool. It
 // is refused once this client has started anything else.
 func (c *AgentClient) Warm(ctx context.Context, req *runtime.ExecRequest) error {
-	sb := c.sb
+	return c.sb.warm(ctx, req)
+}
+
+// WarmRequest is the command a warm pool's new member runs once before it
+// is handed out: a dynamically linked program found on every system root,
+// so that the first execution of a binary, its dynamic loader and libc
+// (the sandbox's dentries and file mappings; in gVisor, its kernel's) and
+// the agent's first captured exec (its threads, code pages and buffers)
+// are paid by the pool, not by the caller's first command.
+func WarmRequest() *runtime.ExecRequest {
+	return &runtime.ExecRequest{Argv: []string{"true"}, Dir: "/workspace",
+		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}
+}
+
+var _ runtime.Warmer = (*sandbox)(nil)
+
+// Warm implements runtime.Warmer for a daemon's pool member (see
+// AgentClient.Warm): one hidden captured exec of WarmRequest. A sandbox
+// with an activity record is not warmed: its record would show the
+// command.
+func (sb *sandbox) Warm(ctx context.Context) error {
+	if sb.recordExec {
+		return nil
+	}
+	return sb.warm(ctx, WarmRequest())
+}
+
+func (sb *sandbox) warm(ctx context.Context, req *runtime.ExecRequest) error {
 	sb.mu.Lock()
 	fresh := sb.nextID == 0
 	sb.mu.Unlock()
