@@ -132,8 +132,9 @@ func (s *splicer) drain(n int) (int, error) {
 	return done, err
 }
 
-// splicePump is pump's loop for two stream sockets; ok is false when they
-// cannot be spliced (nothing was read: the caller copies).
+// splicePump is pump's loop for two stream sockets, once a tunnel carries
+// bulk; ok is false when they cannot be spliced (nothing was read: the
+// caller copies).
 func (t *tunnel) splicePump(dst, src net.Conn, n *atomic.Int64) (ok bool, err error) {
 	s := newSplicer(dst, src)
 	if s == nil {

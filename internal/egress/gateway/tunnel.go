@@ -89,12 +89,10 @@ func (t *tunnel) pump(dst, src net.Conn, n *atomic.Int64, first []byte, check fu
 			return err
 		}
 	}
-	if ok, err := t.splicePump(dst, src, n); ok {
-		return err
-	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
+	canSplice := true
 	for {
 		src.SetReadDeadline(time.Now().Add(t.idle))
 		m, rerr := src.Read(buf)
@@ -104,6 +102,16 @@ func (t *tunnel) pump(dst, src net.Conn, n *atomic.Int64, first []byte, check fu
 			}
 		}
 		if rerr == nil {
+			// A read that filled the buffer is bulk: from here on, two
+			// stream sockets are spliced. A tunnel that never carries
+			// bulk (handshakes, requests, an idle stream) keeps no pipe.
+			if m == len(buf) && canSplice {
+				ok, err := t.splicePump(dst, src, n)
+				if ok {
+					return err
+				}
+				canSplice = false
+			}
 			continue
 		}
 		if err := t.readEnd(dst, rerr); !errors.Is(err, errAgain) {
