@@ -71,7 +71,7 @@ func OpenWith(dir string, o Options) (*Volumes, error) {
 		return nil, fmt.Errorf("disk quota in %s: loop volumes: %w", dir, err)
 	}
 	vs.setupCoW(o)
-	vs.removeOrphans()
+	vs.removeOrphans(true)
 	if vs.cow {
 		vs.thawAll()
 		os.RemoveAll(filepath.Join(vs.dir, blankDir))
@@ -418,7 +418,7 @@ func (vs *Volumes) Remove(name string) error {
 func (vs *Volumes) Sweep(keep func(name string) bool) {
 	// Spares and test volumes of a process killed meanwhile: removed once
 	// that process is gone.
-	vs.removeOrphans()
+	vs.removeOrphans(false)
 	entries, err := os.ReadDir(vs.dir)
 	if err != nil {
 		return

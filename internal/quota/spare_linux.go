@@ -26,9 +26,12 @@ import (
 // reserve (its size is promised when it is made), and is cloned from the
 // blank only: without reflinks (mkfs per volume) there are none.
 //
-// Spares are named .spare-PID-N (a dot: never a sandbox's volume) after
-// the process that made them. Close removes them; Sweep and Open remove
-// those of a process that is gone.
+// Spares are named .spare-PID-BOOT-N (a dot: never a sandbox's volume)
+// after the process that made them and the host's boot (the first 8 hex
+// digits of its boot id: after a restart the same PID may be anyone's).
+// Close removes them; Open removes those of another boot, of a process
+// that is gone and its own process's (left by an earlier process of that
+// PID); Sweep those of another boot or of a process that is gone.
 
 const (
 	sparePrefix = ".spare-"
@@ -158,7 +161,7 @@ func (vs *Volumes) refill(size int64) {
 	}
 	s.making[size]++
 	s.seq++
-	name := sparePrefix + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(s.seq)
+	name := sparePrefix + strconv.Itoa(os.Getpid()) + "-" + bootID() + "-" + strconv.Itoa(s.seq)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -208,24 +211,38 @@ func (vs *Volumes) closeSpares() {
 	vs.dropSpares()
 }
 
+// bootID is the first 8 hex digits of the host's boot id ("0" when it
+// cannot be read).
+var bootID = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if id := strings.ReplaceAll(strings.TrimSpace(string(b)), "-", ""); err == nil && len(id) >= 8 {
+		return id[:8]
+	}
+	return "0"
+})
+
 // spareOwner is the process that made the spare (or test volume) with
-// this name, ok false for a name that is neither.
-func spareOwner(name string) (pid int, ok bool) {
+// this name and the boot it was made in ("" for a test volume); ok false
+// for a name that is neither.
+func spareOwner(name string) (pid int, boot string, ok bool) {
 	if rest, found := strings.CutPrefix(name, sparePrefix); found {
-		p, _, _ := strings.Cut(rest, "-")
+		p, rest, _ := strings.Cut(rest, "-")
+		boot, _, _ = strings.Cut(rest, "-")
 		n, err := strconv.Atoi(p)
-		return n, err == nil
+		return n, boot, err == nil
 	}
 	if rest, found := strings.CutPrefix(name, ".probe-"); found {
 		n, err := strconv.Atoi(rest)
-		return n, err == nil
+		return n, "", err == nil
 	}
-	return 0, false
+	return 0, "", false
 }
 
 // removeOrphans removes the spares and test volumes of processes that are
-// gone.
-func (vs *Volumes) removeOrphans() {
+// gone, and spares of another boot. atOpen, this process's own are
+// removed too: it has made none yet, so they are an earlier process's of
+// the same PID.
+func (vs *Volumes) removeOrphans(atOpen bool) {
 	entries, err := os.ReadDir(vs.dir)
 	if err != nil {
 		return
@@ -233,12 +250,14 @@ func (vs *Volumes) removeOrphans() {
 	done := map[string]bool{}
 	for _, e := range entries {
 		name := strings.TrimSuffix(e.Name(), ".img")
-		pid, ok := spareOwner(name)
+		pid, boot, ok := spareOwner(name)
 		if !ok || done[name] {
 			continue
 		}
 		done[name] = true
-		if unix.Kill(pid, 0) == unix.ESRCH {
+		stale := unix.Kill(pid, 0) == unix.ESRCH ||
+			strings.HasPrefix(name, sparePrefix) && (boot != bootID() || atOpen && pid == os.Getpid())
+		if stale {
 			p := filepath.Join(vs.dir, name)
 			(&Volume{Kind: KindLoop, Path: p, Image: p + ".img"}).Remove()
 		}

@@ -132,28 +132,38 @@ func TestSpareVolumes(t *testing.T) {
 		t.Errorf("spares left after Close: %v", left)
 	}
 
-	// Spares of a process that is gone: removed by the next Open (and by
-	// Sweep); those of a live one stay.
+	// Spares of a process that is gone or of another boot: removed by
+	// Sweep (and by Open); those of a live process of this boot stay, but
+	// not past an Open by their own process (which has made none yet).
 	vs2, _ := openPoolWith(t, Options{})
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	dead := sparePrefix + strconv.Itoa(cmd.Process.Pid) + "-1"
-	live := sparePrefix + strconv.Itoa(os.Getpid()) + "-9"
-	for _, name := range []string{dead, live} {
+	me := strconv.Itoa(os.Getpid())
+	dead := sparePrefix + strconv.Itoa(cmd.Process.Pid) + "-" + bootID() + "-1"
+	oldBoot := sparePrefix + me + "-00000000-2"
+	live := sparePrefix + me + "-" + bootID() + "-9"
+	for _, name := range []string{dead, oldBoot, live} {
 		if _, err := vs2.create(name, 8<<20, 0, 0, true); err != nil {
 			t.Fatal(err)
 		}
 	}
 	vs2.Sweep(func(string) bool { return true })
-	if _, err := os.Stat(filepath.Join(vs2.Dir(), dead+".img")); !os.IsNotExist(err) {
-		t.Errorf("the spare of a process that is gone is still there: %v", err)
+	for _, name := range []string{dead, oldBoot} {
+		if _, err := os.Stat(filepath.Join(vs2.Dir(), name+".img")); !os.IsNotExist(err) {
+			t.Errorf("%s is still there after Sweep: %v", name, err)
+		}
 	}
-	if mountedAt(filepath.Join(vs2.Dir(), live)) != true {
-		t.Error("the spare of a live process was removed")
+	if !mountedAt(filepath.Join(vs2.Dir(), live)) {
+		t.Fatal("Sweep removed the spare of a live process of this boot")
 	}
-	(&Volume{Kind: KindLoop, Path: filepath.Join(vs2.Dir(), live), Image: filepath.Join(vs2.Dir(), live+".img")}).Remove()
+	if _, err := OpenWith(vs2.Dir(), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(vs2.Dir(), live+".img")); !os.IsNotExist(err) {
+		t.Errorf("Open by the spare's own process left it: %v", err)
+	}
 }
 
 // TestSpareVolumesGiveWayToReserve: spares hold the space they promise;
