@@ -102,8 +102,10 @@ func (s *splicer) fill(limit int) (int, error) {
 	return int(n), nil
 }
 
-// drain moves n bytes from the pipe to dst, waiting for dst to be writable
-// within its write deadline. It returns how many went.
+// drain moves up to n bytes from the pipe to dst, waiting for dst to be
+// writable within its write deadline, and returns as soon as it moved some
+// and would wait again: the caller renews the deadline, so a slow reader
+// that takes more than it to drain a MiB is not idle.
 func (s *splicer) drain(n int) (int, error) {
 	var done int
 	var serr error
@@ -115,7 +117,7 @@ func (s *splicer) drain(n int) (int, error) {
 				done += int(m)
 			case e == unix.EINTR:
 			case e == unix.EAGAIN:
-				return false
+				return done > 0
 			case e != nil:
 				serr = e
 				return true
@@ -158,12 +160,15 @@ func (t *tunnel) splicePump(dst, src net.Conn, n *atomic.Int64) (ok bool, err er
 		// left of it goes, so that the budget is spent to its last byte
 		// (the copy loop's reads are small enough to drop whole).
 		k := t.g.reserveUpTo(m)
-		dst.SetWriteDeadline(time.Now().Add(t.idle))
-		w, err := s.drain(k)
-		n.Add(int64(w))
-		t.touch()
-		if err != nil {
-			return true, err
+		for w := 0; w < k; {
+			dst.SetWriteDeadline(time.Now().Add(t.idle))
+			d, err := s.drain(k - w)
+			w += d
+			n.Add(int64(d))
+			t.touch()
+			if err != nil {
+				return true, err
+			}
 		}
 		if k < m {
 			t.g.trip()

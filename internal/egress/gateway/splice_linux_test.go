@@ -124,3 +124,87 @@ func TestSplicedTunnelBudget(t *testing.T) {
 		t.Errorf("the client read %d bytes of the second response, want the budget's last MiB less the heads", got)
 	}
 }
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c.(*net.TCPConn), s.(*net.TCPConn)
+}
+
+// TestSplicedTunnelSlowReader: a client that reads steadily but slowly is
+// not idle, however long the whole transfer takes: as on the copy path,
+// each write's progress renews the idle deadline (a splice moves up to a
+// MiB, which a slow reader behind a small socket buffer drains in longer
+// than the timeout). The control: a client that stops reading is cut off
+// after the timeout.
+func TestSplicedTunnelSlowReader(t *testing.T) {
+	const idle = 200 * time.Millisecond
+	const size = 6 << 20
+	for _, stall := range []bool{false, true} {
+		upFar, upNear := tcpPair(t)       // the server's end, the gateway's
+		downNear, downFar := tcpPair(t)   // the gateway's end, the client's
+		downNear.SetWriteBuffer(64 << 10) // a write wakes up every few KiB read
+		downFar.SetReadBuffer(64 << 10)
+		tn := &tunnel{g: &Gateway{}, idle: idle}
+		tn.touch()
+		before := splicing.Load()
+		done := make(chan error, 1)
+		go func() {
+			err := tn.pump(downNear, upNear, &tn.received, nil, nil)
+			downNear.Close() // as relay does: the client sees the end at once
+			done <- err
+		}()
+		go func() { upFar.Write(patternStream(size)); upFar.CloseWrite() }()
+		start := time.Now()
+		var got int64
+		buf := make([]byte, 64<<10)
+		downFar.SetReadDeadline(time.Now().Add(30 * time.Second))
+		for {
+			if stall && got >= 1<<20 {
+				// The control: the client stops reading.
+				select {
+				case err := <-done:
+					if err == nil {
+						t.Error("the tunnel of a client that stopped reading ended cleanly")
+					}
+				case <-time.After(5 * idle):
+					t.Errorf("a client that stopped reading was not cut off within %v", 5*idle)
+				}
+				break
+			}
+			n, err := downFar.Read(buf)
+			got += int64(n)
+			if err != nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // 64 KiB per 20 ms: about 3 MB/s
+		}
+		if stall {
+			continue
+		}
+		err := <-done
+		if got != size || err != nil {
+			t.Errorf("a slow reader got %d of %d bytes in %v (idle timeout %v): %v", got, size, time.Since(start), idle, err)
+		}
+		if d := time.Since(start); d < 4*idle {
+			t.Errorf("the slow transfer took %v: not long enough to test the timeout", d)
+		}
+		if splicing.Load() == before {
+			t.Error("the tunnel was not spliced")
+		}
+	}
+}
