@@ -34,7 +34,7 @@ func NewMetrics() *Metrics {
 		poolReady:   r.Gauge("airlock_pool_ready", "Ready members of each warm pool of the native runtime.", "image", "policy"),
 		poolReadyRT: r.Gauge("airlock_pool_ready_by_runtime", "Ready members of each warm pool, by runtime.", "runtime", "image", "policy"),
 		poolWarmups: r.Counter("airlock_pool_warmups_total",
-			"Warm-ups of new warm pool members (a hidden first command that pays its one-time costs), by runtime and result (ok, failed).", "runtime", "result"),
+			"Warm-ups of new warm pool members (a hidden first command that pays its one-time costs), by runtime and result (ok, failed, skipped: the root has no true).", "runtime", "result"),
 		queueDepth: r.Gauge("airlock_admission_queue_depth", "Creations waiting for room.").With(),
 		errors:     r.Counter("airlock_errors_total", "Errors, by kind (API error codes, create, exec).", "kind"),
 		auditDropped: r.Counter("airlock_egress_audit_dropped_total",

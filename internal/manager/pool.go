@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -172,11 +173,18 @@ func (m *Manager) warm(ctx context.Context, sb *Sandbox, pl *pool) {
 	defer cancel()
 	result := "ok"
 	if err := w.Warm(ctx); err != nil {
-		if m.ctx.Err() != nil {
+		switch {
+		case m.ctx.Err() != nil:
 			return // shutting down
+		case errors.Is(err, runtime.ErrCommandNotFound):
+			// A root without the command (an image without true): not
+			// warmed, and nothing is wrong with it.
+			result = "skipped"
+			m.log.Debug("warm pool: warm-up skipped", "sandbox", sb.id, "err", err)
+		default:
+			result = "failed"
+			m.log.Warn("warm pool: warm-up", "sandbox", sb.id, "err", err)
 		}
-		result = "failed"
-		m.log.Warn("warm pool: warm-up", "sandbox", sb.id, "err", err)
 	}
 	m.met.poolWarmups.With(pl.runtime, result).Inc()
 }

@@ -92,3 +92,41 @@ func TestPoolWarmUp(t *testing.T) {
 		})
 	}
 }
+
+// A pool of an image without true: its members are not warmed, which is
+// counted as skipped (not failed: nothing is wrong with them), and they
+// are handed out as any member.
+func TestPoolWarmUpWithoutTrue(t *testing.T) {
+	need(t)
+	img := filepath.Join(t.TempDir(), "img")
+	if err := os.MkdirAll(filepath.Join(img, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Dir(img), 0o755)
+	d := startDaemon(t, "images:\n  empty: "+img+"\npools:\n  - {image: empty, policy: default, size: 1}\n")
+	eventually(t, 60*time.Second, "the pool to fill", func() bool {
+		return d.metric(t, `airlock_pool_ready_by_runtime{runtime="native",image="empty",policy="default"}`) == 1
+	})
+	if n := d.metric(t, `airlock_pool_warmups_total{runtime="native",result="skipped"}`); n < 1 {
+		t.Errorf("warm-ups skipped: %v, want at least 1", n)
+	}
+	for _, r := range []string{"ok", "failed"} {
+		if n := d.metric(t, `airlock_pool_warmups_total{runtime="native",result="`+r+`"}`); n != 0 {
+			t.Errorf("warm-ups %s: %v, want 0", r, n)
+		}
+	}
+	members := map[string]bool{}
+	ents, _ := os.ReadDir(d.stateDir)
+	for _, e := range ents {
+		if len(e.Name()) == 16 {
+			members["sb-"+e.Name()] = true
+		}
+	}
+	sb := d.create(t, &api.CreateSandboxRequest{Image: "empty"})
+	if !members[sb.ID] {
+		t.Fatalf("the request got %s, not the pool's member %v", sb.ID, members)
+	}
+	if procs, err := d.c.ListProcesses(ctxT(t), sb.ID); err != nil || len(procs) != 0 {
+		t.Fatalf("processes of the member: %+v %v", procs, err)
+	}
+}
