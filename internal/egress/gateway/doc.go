@@ -36,6 +36,10 @@
 //     the checked ip:port, so its connection pool is keyed by checked
 //     address and a pooled connection is only reused for a request that
 //     checked the same address.
+//   - A tunnel between two stream sockets (TCP, unix) is spliced once a
+//     read fills the copy buffer (splice_linux.go): same idle deadlines
+//     (renewed by every write's progress), the byte budget reserved
+//     before bytes are sent and spent to its last byte.
 //   - MaxBytes counts tunnel payload and plain-HTTP bodies and request
 //     heads (the URL and headers go upstream too); Record byte counts are
 //     payload only.
