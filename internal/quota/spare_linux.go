@@ -135,7 +135,11 @@ func (s *spares) use(size int64) {
 		old := s.order[0]
 		s.order = s.order[1:]
 		for _, sp := range s.ready[old] {
-			go sp.Remove()
+			s.wg.Add(1) // Close waits for it, before it unmounts the pool
+			go func() {
+				defer s.wg.Done()
+				sp.Remove()
+			}()
 		}
 		delete(s.ready, old)
 	}

@@ -179,7 +179,7 @@ var _ runtime.Warmer = (*agentSandbox)(nil)
 // native.WarmRequest through the agent (see native.AgentClient.Warm; in
 // gVisor it also pays the Sentry's first execve of a binary and the
 // systrap address-space pool). A root without the command is not an
-// error worth failing the pool for: the caller logs it.
+// error worth failing the pool for: the caller counts it as skipped.
 func (s *agentSandbox) Warm(ctx context.Context) error {
 	return s.AgentClient.Warm(ctx, native.WarmRequest())
 }
