@@ -83,6 +83,16 @@ func (b *outputBuffer) write(p []byte) {
 	b.changed = make(chan struct{})
 }
 
+// hasEnded reports whether the stream has reached its end (close).
+func (b *outputBuffer) hasEnded() bool {
+	select {
+	case <-b.ended:
+		return true
+	default:
+		return false
+	}
+}
+
 func (b *outputBuffer) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
