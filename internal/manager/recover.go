@@ -22,9 +22,9 @@ import (
 // then starts the background work (timeouts, pools). Running and paused
 // sandboxes are re-adopted (their agents kept running); a sandbox that
 // cannot be is marked failed with the reason and its host state removed.
-// Sandboxes the store does not know (a daemon killed between the
-// runtime's create and the store's write cannot leave one, but a store
-// restored from a backup can) are removed. Pool members are destroyed: the
+// Sandboxes the store does not know (a daemon killed while it made one,
+// whose record was not written yet, or a store restored from a backup)
+// are removed. Pool members are destroyed: the
 // pools are refilled fresh.
 func (m *Manager) Recover(ctx context.Context) error {
 	defer close(m.ready)

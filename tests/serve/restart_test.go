@@ -4,6 +4,8 @@ package serve
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/store"
 )
 
 // TestRestart restarts the daemon (SIGTERM, then SIGKILL) with sandboxes
@@ -148,4 +151,52 @@ func statePid(t *testing.T, d *daemon, id string) int {
 		t.Fatalf("init pid in %s", b)
 	}
 	return pid
+}
+
+// TestRestartRemovesUnrecordedSandbox: the store's record of a sandbox is
+// written while the runtime makes it, so a daemon killed in between can
+// leave a sandbox on the host that the store does not know. The next daemon
+// removes it (its init, state and volume), and keeps the recorded one.
+func TestRestartRemovesUnrecordedSandbox(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	kept := d.create(t, nil)
+	lost := d.create(t, nil)
+	d.stop(syscall.SIGKILL)
+	initPid := statePid(t, d, lost.ID)
+	// What a kill before the record's write leaves: no record at all.
+	st, err := store.Open(ctx, filepath.Join(d.dir, "data", "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteSandbox(ctx, lost.ID); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	d.start()
+
+	if _, err := d.c.GetSandbox(ctx, lost.ID); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("the unrecorded sandbox after restart: %v, want not found", err)
+	}
+	for _, e := range d.stateEntries() {
+		if "sb-"+e == lost.ID {
+			t.Fatal("the unrecorded sandbox's state is still on the host")
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(d.dir, "data", "volumes", strings.TrimPrefix(lost.ID, "sb-")+".img")); !os.IsNotExist(err) {
+		t.Fatalf("the unrecorded sandbox's workspace volume is still on the host (%v)", err)
+	}
+	eventually(t, 10*time.Second, "the unrecorded sandbox's init to be gone", func() bool {
+		// Gone, or a zombie waiting for whoever adopted it to reap it.
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", initPid))
+		return err != nil || strings.Contains(string(b), ") Z ")
+	})
+	// The control: the recorded sandbox was re-adopted and works.
+	got, err := d.c.GetSandbox(ctx, kept.ID)
+	if err != nil || got.State != api.StateRunning {
+		t.Fatalf("the recorded sandbox after restart: %+v %v", got, err)
+	}
+	if out := d.sh(t, kept.ID, "echo ok"); out != "ok\n" {
+		t.Fatalf("exec in the recorded sandbox: %q", out)
+	}
 }
