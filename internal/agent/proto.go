@@ -54,7 +54,8 @@ const (
 // 2: no exclusive mkdir (FileRequest.Excl), and a mkdir or rename answers
 // without the Stat of what it made.
 // 3: no output with the exit (ExecRequest.Collect is ignored).
-const Version = 4
+// 4: no ExecRequest.NoStdin (stdin stays open until a TypeStdin closes it).
+const Version = 5
 
 // File operations.
 const (
@@ -330,7 +331,12 @@ type ExecRequest struct {
 	// none dropped, Exit.Output carries them. A command that ends at once
 	// is then answered in one message instead of a read of each stream
 	// and its answer. The output is kept for reads all the same.
-	Collect int    `json:"collect,omitempty"`
+	Collect int `json:"collect,omitempty"`
+	// NoStdin (with Capture): the process's stdin is a pipe already at
+	// its end, as if a TypeStdin had closed it at once; nothing can be
+	// written to it. An exec that sends nothing to stdin then needs no
+	// second request and answer.
+	NoStdin bool   `json:"no_stdin,omitempty"`
 	Rows    uint16 `json:"rows,omitempty"`
 	Cols    uint16 `json:"cols,omitempty"`
 }

@@ -343,11 +343,18 @@ func (s *Server) exec(req *ExecRequest, files []*os.File) {
 		}
 		defer closeFDs(stdio)
 		attr.Files = []uintptr{uintptr(stdio[0]), uintptr(stdio[1]), uintptr(stdio[2])}
-		queue := make(chan *Stdin, 64)
-		go s.stdinWriter(stdinW, queue)
+		var queue chan *Stdin
+		if req.NoStdin {
+			stdinW.Close() // at its end from the start; no writer
+		} else {
+			queue = make(chan *Stdin, 64)
+			go s.stdinWriter(stdinW, queue)
+		}
 		s.mu.Lock()
 		s.outputs[req.ID] = bufs
-		s.stdins[req.ID] = queue
+		if queue != nil {
+			s.stdins[req.ID] = queue
+		}
 		if req.Collect > 0 {
 			s.collect[req.ID] = min(req.Collect, CollectMax)
 		}

@@ -265,6 +265,9 @@ func (m *Manager) start(ctx context.Context, id string, req *api.ExecRequest, tt
 		return nil, err
 	}
 	rreq.Rows, rreq.Cols, rreq.Collect = rows, cols, collect
+	// Nothing to feed it: its stdin is at its end from the start, without
+	// a request and answer to close it once it runs.
+	rreq.StdinClosed = rreq.Capture && closeStdin && len(req.Stdin) == 0
 	rp, err := rt.Exec(ctx, rreq)
 	if err != nil {
 		m.met.errors.With("exec").Inc()
@@ -292,7 +295,9 @@ func (m *Manager) start(ctx context.Context, id string, req *api.ExecRequest, tt
 		go func() { <-p.done; t.Stop() }()
 	}
 	go m.reapProc(p)
-	if sw, ok := rp.(runtime.StdinWriter); ok && !tty && (len(req.Stdin) > 0 || closeStdin) {
+	if rreq.StdinClosed {
+		p.closeStdin()
+	} else if sw, ok := rp.(runtime.StdinWriter); ok && !tty && (len(req.Stdin) > 0 || closeStdin) {
 		// Fed in the background, yet before any later write: the process
 		// may write more meanwhile than the agent buffers, and its output
 		// waits for a reader, who can attach only once start returns.

@@ -236,8 +236,12 @@ type ExecRequest struct {
 	// Collect bytes (the runtime may bound it lower): a short command is
 	// then answered without reading its streams.
 	Collect int
-	Rows    uint16
-	Cols    uint16
+	// StdinClosed (with Capture): the process's stdin is at its end from
+	// the start, as if closed (StdinWriter.CloseStdin) at once; nothing
+	// can be written to it.
+	StdinClosed bool
+	Rows        uint16
+	Cols        uint16
 	// Stdin, Stdout and Stderr are handed to the process as they are when
 	// TTY is false. They must not be terminals (the caller interposes pipes
 	// for terminals so that the sandbox never holds the caller's tty).

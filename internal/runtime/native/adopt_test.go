@@ -367,3 +367,48 @@ func TestCapturedStdin(t *testing.T) {
 		t.Error("a write after closing stdin succeeded")
 	}
 }
+
+// StdinClosed: the process's stdin is a pipe already at its end (the agent
+// closes it at the start, with no request of its own), so a command that
+// reads it ends at once, and nothing can be written to it. The control is
+// the same command with its stdin open, which waits for input and gets it.
+func TestCapturedStdinClosed(t *testing.T) {
+	needRoot(t)
+	sb := newSandbox(t, &policy.Policy{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	env, _ := sandbox.Env(&policy.Policy{}, nil, false, os.LookupEnv)
+	// What stdin is, then a count of what it gave.
+	argv := []string{"/bin/sh", "-c", `[ -p /dev/stdin ] && echo pipe; wc -c`}
+	p, err := sb.Exec(ctx, &runtime.ExecRequest{Argv: argv, Env: env, Dir: "/", Capture: true, StdinClosed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.Wait(ctx); err != nil || st.Code != 0 {
+		t.Fatalf("with stdin closed: wait: %+v %v", st, err)
+	}
+	if got := strings.Fields(readAll(t, p, 1)); len(got) != 2 || got[0] != "pipe" || got[1] != "0" {
+		t.Errorf("with stdin closed: output %q, want a pipe that gave 0 bytes", got)
+	}
+	if err := p.(runtime.StdinWriter).WriteStdin(ctx, []byte("late")); err == nil {
+		t.Error("a write to a stdin closed from the start succeeded")
+	}
+
+	p, err = sb.Exec(ctx, &runtime.ExecRequest{Argv: argv, Env: env, Dir: "/", Capture: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := p.(runtime.StdinWriter)
+	if err := w.WriteStdin(ctx, []byte("four")); err != nil {
+		t.Fatalf("with stdin open: write: %v", err)
+	}
+	if err := w.CloseStdin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.Wait(ctx); err != nil || st.Code != 0 {
+		t.Fatalf("with stdin open: wait: %+v %v", st, err)
+	}
+	if got := strings.Fields(readAll(t, p, 1)); len(got) != 2 || got[0] != "pipe" || got[1] != "4" {
+		t.Errorf("with stdin open: output %q, want a pipe that gave 4 bytes", got)
+	}
+}

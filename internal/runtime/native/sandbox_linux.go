@@ -193,7 +193,15 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (runtime.
 	if err != nil {
 		return nil, err
 	}
-	return sb.started(ctx, p)
+	rp, err := sb.started(ctx, p)
+	if err == nil && req.Capture && req.StdinClosed && !p.noStdin {
+		// An agent older than version 5 opened its stdin: close it now.
+		if err := p.CloseStdin(ctx); err != nil {
+			p.Signal(syscall.SIGKILL)
+			return nil, fmt.Errorf("exec: close stdin: %w", err)
+		}
+	}
+	return rp, err
 }
 
 // sendExec registers a process for req and sends its request.
@@ -222,6 +230,8 @@ func (sb *sandbox) sendExec(req *runtime.ExecRequest) (*process, error) {
 	msg.Exec.Capture = req.Capture
 	msg.Exec.Hold = req.Capture && req.Hold
 	msg.Exec.Collect = p.collect
+	p.noStdin = req.Capture && req.StdinClosed && sb.agentVersion >= 5
+	msg.Exec.NoStdin = p.noStdin
 	var fds []int
 	if !req.TTY && !req.Capture {
 		if req.Stdin == nil || req.Stdout == nil || req.Stderr == nil {
@@ -460,6 +470,7 @@ type process struct {
 	status    runtime.ExitStatus
 	collect   int           // ExecRequest.Collect
 	output    *agent.Output // the whole output, when it came with the exit
+	noStdin   bool          // ExecRequest.StdinClosed, done by the agent (NoStdin)
 }
 
 // Collecting implements runtime.Collector: an agent older than version 4
