@@ -331,7 +331,7 @@ func (s *Server) exec(req *ExecRequest, files []*os.File) {
 		attr.Sys.Setctty = true
 		attr.Sys.Ctty = 0
 	} else if req.Capture {
-		stdio, bufs, stdinW, err := s.capture()
+		stdio, bufs, stdinW, err := s.capture(req.NoStdin)
 		if err != nil {
 			s.fail(req.ID, "capture: "+err.Error())
 			return
@@ -344,9 +344,7 @@ func (s *Server) exec(req *ExecRequest, files []*os.File) {
 		defer closeFDs(stdio)
 		attr.Files = []uintptr{uintptr(stdio[0]), uintptr(stdio[1]), uintptr(stdio[2])}
 		var queue chan *Stdin
-		if req.NoStdin {
-			stdinW.Close() // at its end from the start; no writer
-		} else {
+		if stdinW != nil {
 			queue = make(chan *Stdin, 64)
 			go s.stdinWriter(stdinW, queue)
 		}
@@ -572,10 +570,22 @@ func (s *Server) dropOutput(id uint64) {
 // capture makes the stdio of a captured process: three pipes, whose
 // read ends of stdout and stderr feed output buffers and whose write end of
 // stdin is the agent's. It returns the child's ends (the caller closes them
-// once the child has them), the buffers and the stdin writer.
-func (s *Server) capture() ([]int, [2]*outputBuffer, *os.File, error) {
+// once the child has them), the buffers and the stdin writer. With
+// noStdin, the write end of stdin is closed at once: no writer.
+func (s *Server) capture(noStdin bool) ([]int, [2]*outputBuffer, *os.File, error) {
 	var bufs [2]*outputBuffer
-	stdinR, stdinW, err := childPipe(0)
+	var stdinR int
+	var stdinW *os.File
+	var err error
+	if noStdin {
+		var p [2]int
+		if err = unix.Pipe2(p[:], unix.O_CLOEXEC); err == nil {
+			unix.Close(p[1])
+			stdinR = p[0]
+		}
+	} else {
+		stdinR, stdinW, err = childPipe(0)
+	}
 	if err != nil {
 		return nil, bufs, nil, err
 	}
