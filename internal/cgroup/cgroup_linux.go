@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/sysfile"
 )
 
 // ctlDir is one directory of a sandbox cgroup: the single directory on v2,
@@ -153,16 +156,10 @@ func retryRace(cr *created, create func() (*Cgroup, error)) (*Cgroup, error) {
 
 // writeFile writes value to a cgroup control file in one write.
 func writeFile(path, value string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("cgroup: open %s: %w", path, err)
-	}
-	_, err = f.Write([]byte(value))
-	cerr := f.Close()
-	if err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := sysfile.Write(path, []byte(value)); err != nil {
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Op == "open" {
+			return fmt.Errorf("cgroup: open %s: %w", path, err)
+		}
 		return fmt.Errorf("cgroup: write %q to %s: %w", value, path, err)
 	}
 	return nil
@@ -453,7 +450,7 @@ func (c *Cgroup) EnterThread() (leave func() error, err error) {
 		return nil, errors.New("cgroup: EnterThread is for v1 hierarchies (v2 clones into the cgroup)")
 	}
 	var from []string // where the thread is, per hierarchy
-	cur, err := os.ReadFile("/proc/thread-self/cgroup")
+	cur, err := sysfile.ReadFile("/proc/thread-self/cgroup")
 	if err != nil {
 		return nil, err
 	}
@@ -608,7 +605,7 @@ func (c *Cgroup) Procs() ([]int, error) {
 
 // procsTree adds the pids of dir and its child cgroups to set.
 func procsTree(dir string, set map[int]bool) error {
-	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	data, err := sysfile.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return fmt.Errorf("cgroup: read %s: %w", filepath.Join(dir, "cgroup.procs"), err)
 	}
@@ -641,14 +638,14 @@ func (c *Cgroup) Thaw() error { return c.setFrozen(false, freezeTimeout) }
 // cannot tell: no freezer).
 func (c *Cgroup) Frozen() bool {
 	if c.version == V2 {
-		b, err := os.ReadFile(filepath.Join(c.dirs[0].dir, "cgroup.freeze"))
+		b, err := sysfile.ReadFile(filepath.Join(c.dirs[0].dir, "cgroup.freeze"))
 		return err == nil && strings.TrimSpace(string(b)) == "1"
 	}
 	dir := c.dirOf("freezer")
 	if dir == "" {
 		return false
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "freezer.state"))
+	b, err := sysfile.ReadFile(filepath.Join(dir, "freezer.state"))
 	st := strings.TrimSpace(string(b))
 	return err == nil && (st == "FROZEN" || st == "FREEZING")
 }
@@ -666,7 +663,7 @@ func (c *Cgroup) setFrozen(frozen bool, timeout time.Duration) error {
 		}
 		events := filepath.Join(dir, "cgroup.events")
 		done = func() (bool, error) {
-			data, err := os.ReadFile(events)
+			data, err := sysfile.ReadFile(events)
 			if err != nil {
 				return false, fmt.Errorf("cgroup: read %s: %w", events, err)
 			}
@@ -686,7 +683,7 @@ func (c *Cgroup) setFrozen(frozen bool, timeout time.Duration) error {
 			value = "FROZEN"
 		}
 		done = func() (bool, error) {
-			data, err := os.ReadFile(file)
+			data, err := sysfile.ReadFile(file)
 			if err != nil {
 				return false, fmt.Errorf("cgroup: read %s: %w", file, err)
 			}
@@ -868,7 +865,7 @@ func (c *Cgroup) readOOM() bool {
 	if c.version == V1 {
 		file = "memory.oom_control"
 	}
-	data, err := os.ReadFile(filepath.Join(dir, file))
+	data, err := sysfile.ReadFile(filepath.Join(dir, file))
 	if err != nil {
 		return false
 	}

@@ -30,7 +30,6 @@ package spawn
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -38,6 +37,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/sysfile"
 )
 
 // cloneArgs is the kernel's struct clone_args (version 2, 88 bytes).
@@ -424,7 +425,7 @@ func stepError(steps []step, names []string, i, res uintptr) error {
 func writeMaps(pid int, s *syscall.SysProcAttr) error {
 	dir := "/proc/" + strconv.Itoa(pid) + "/"
 	if s.UidMappings != nil {
-		if err := os.WriteFile(dir+"uid_map", formatMaps(s.UidMappings), 0); err != nil {
+		if err := sysfile.Write(dir+"uid_map", formatMaps(s.UidMappings)); err != nil {
 			return err
 		}
 	}
@@ -433,10 +434,10 @@ func writeMaps(pid int, s *syscall.SysProcAttr) error {
 		if s.GidMappingsEnableSetgroups {
 			sg = "allow"
 		}
-		if err := os.WriteFile(dir+"setgroups", []byte(sg), 0); err != nil {
+		if err := sysfile.Write(dir+"setgroups", []byte(sg)); err != nil {
 			return err
 		}
-		if err := os.WriteFile(dir+"gid_map", formatMaps(s.GidMappings), 0); err != nil {
+		if err := sysfile.Write(dir+"gid_map", formatMaps(s.GidMappings)); err != nil {
 			return err
 		}
 	}

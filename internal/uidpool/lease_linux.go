@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/rundir"
+	"github.com/airlock-dev/airlock/internal/sysfile"
 )
 
 // DefaultDir holds the leases of every airlock process on the host (`airlock
@@ -138,7 +139,7 @@ func (l *Leases) Claim(uid, gid int, o Owner, init int) (*Lease, error) {
 		return nil, err
 	}
 	le := &Lease{UID: uid, GID: gid, l: l, rec: record{UID: uid, GID: gid, Size: SlotSize, Sandbox: o.Sandbox, StateDir: o.StateDir}}
-	le.rec.Init, le.rec.InitStart = init, procStart(init)
+	le.rec.Init, le.rec.InitStart = init, sysfile.ProcStart(init)
 	if err := le.write(); err != nil {
 		return nil, err
 	}
@@ -148,7 +149,7 @@ func (l *Leases) Claim(uid, gid int, o Owner, init int) (*Lease, error) {
 // SetInit records the sandbox's init: while it lives, the range stays
 // leased even when this process is gone (a daemon's detached sandboxes).
 func (le *Lease) SetInit(pid int) error {
-	le.rec.Init, le.rec.InitStart = pid, procStart(pid)
+	le.rec.Init, le.rec.InitStart = pid, sysfile.ProcStart(pid)
 	return le.write()
 }
 
@@ -279,14 +280,14 @@ func ProcessIn(uids, gids Range) (pid int, found bool) {
 
 // write records the lease (atomically: a reader never sees half a file).
 func (le *Lease) write() error {
-	le.rec.Owner, le.rec.OwnerStart = os.Getpid(), procStart(os.Getpid())
+	le.rec.Owner, le.rec.OwnerStart = os.Getpid(), sysfile.SelfStart()
 	b, err := json.Marshal(le.rec)
 	if err != nil {
 		return err
 	}
 	final := le.l.path(le.UID, le.GID)
 	tmp := filepath.Join(le.l.Dir, fmt.Sprintf(".%d-%d.tmp", le.UID, le.GID))
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	if err := sysfile.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("uid lease: %w", err)
 	}
 	if err := os.Rename(tmp, final); err != nil {
@@ -298,7 +299,7 @@ func (le *Lease) write() error {
 
 func (l *Leases) read(uid, gid int) (record, error) {
 	var rec record
-	b, err := os.ReadFile(l.path(uid, gid))
+	b, err := sysfile.ReadFile(l.path(uid, gid))
 	if err != nil {
 		return rec, err
 	}
@@ -392,27 +393,5 @@ func (l *Leases) lock() (func(), error) {
 
 // alive reports whether pid is still the process that started at start.
 func alive(pid int, start string) bool {
-	return pid > 0 && start != "" && procStart(pid) == start
-}
-
-// procStart is the start time of pid (field 22 of /proc/pid/stat), which
-// tells a live process from a recycled pid.
-func procStart(pid int) string {
-	if pid <= 0 {
-		return ""
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return ""
-	}
-	return f[19]
+	return pid > 0 && start != "" && sysfile.ProcStart(pid) == start
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/agent"
 	"github.com/airlock-dev/airlock/internal/cgroup"
 	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/sysfile"
 	"github.com/airlock-dev/airlock/internal/uidpool"
 )
 
@@ -70,7 +71,7 @@ func (r *Runtime) adopt(ctx context.Context, id string, listen bool) (runtime.Sa
 		return nil, nil, fmt.Errorf("sandbox %q: %w", id, ErrNotAdoptable)
 	}
 	dir := filepath.Join(r.stateRoot(), id)
-	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	b, err := sysfile.ReadFile(filepath.Join(dir, "state.json"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox %q: %w (%v)", id, ErrNotAdoptable, err)
 	}
@@ -84,7 +85,7 @@ func (r *Runtime) adopt(ctx context.Context, id string, listen bool) (runtime.Sa
 	// Open the pidfd, then check it is still the same process (start time),
 	// so that a recycled pid can never be adopted.
 	pidfd, err := unix.PidfdOpen(st.Init, 0)
-	if err != nil || procStart(st.Init) != st.InitStart {
+	if err != nil || sysfile.ProcStart(st.Init) != st.InitStart {
 		if err == nil {
 			unix.Close(pidfd)
 		}

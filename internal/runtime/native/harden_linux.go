@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/seccomp"
+	"github.com/airlock-dev/airlock/internal/sysfile"
 )
 
 func setRlimits(s *setup) error {
@@ -107,7 +108,7 @@ func allThreads(trap, a1, a2, a3 uintptr) error {
 }
 
 func lastCap() (int, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	b, err := sysfile.ReadFile("/proc/sys/kernel/cap_last_cap")
 	if err != nil {
 		return 0, err
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/rundir"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/spawn"
+	"github.com/airlock-dev/airlock/internal/sysfile"
 	"github.com/airlock-dev/airlock/internal/uidpool"
 )
 
@@ -785,7 +786,7 @@ func pidsLimit(pids int64) int64 {
 
 // threadsOf counts the threads of a host process.
 func threadsOf(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	b, err := sysfile.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}

@@ -11,6 +11,8 @@ import (
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/sysfile"
 )
 
 // buildRoot assembles the sandbox's root filesystem inside the init's new
@@ -376,13 +378,7 @@ func bindInto(newRoot string, m bindMount, f *os.File) error {
 	return remount(dst, flags)
 }
 
-func touch(path string) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	return f.Close()
-}
+func touch(path string) error { return sysfile.Touch(path, 0o644) }
 
 // deny hides a path inside the sandbox: an empty read-only tmpfs over a
 // directory (see masker), /dev/null over anything else.

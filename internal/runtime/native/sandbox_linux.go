@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/cgroup"
 	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/sysfile"
 	"github.com/airlock-dev/airlock/internal/uidpool"
 )
 
@@ -555,7 +556,7 @@ func (sb *sandbox) stopReaper() {
 func (sb *sandbox) state() *stateFile {
 	return &stateFile{
 		Workspace: sb.workspace, Volume: sb.volume, Placeholders: sb.placeholders, Cgroups: sb.info.CgroupPaths,
-		Detached: sb.detached, Init: sb.initPid, InitStart: procStart(sb.initPid),
+		Detached: sb.detached, Init: sb.initPid, InitStart: sysfile.ProcStart(sb.initPid),
 		HostUID: sb.info.HostUID, HostGID: sb.info.HostGID, Rootless: sb.info.Rootless, LandlockABI: sb.info.LandlockABI, TempWS: sb.tempWorkspace,
 		Listen: sb.listen, ExecListenerFD: sb.execListenerFD, RootFD: sb.rootFD,
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/cgroup"
 	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/sysfile"
 )
 
 // What a daemon needs beyond runtime.Sandbox: pausing, noticing a dead
@@ -90,7 +91,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 		return sb.Destroy(ctx)
 	}
 	dir := filepath.Join(r.stateRoot(), id)
-	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	b, err := sysfile.ReadFile(filepath.Join(dir, "state.json"))
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
@@ -102,7 +103,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 		}
 		return os.RemoveAll(dir)
 	}
-	if st.Init > 0 && procStart(st.Init) == st.InitStart {
+	if st.Init > 0 && sysfile.ProcStart(st.Init) == st.InitStart {
 		// Alive but not adoptable (its agent socket is gone): kill it by
 		// its cgroup or pid before cleaning up.
 		if len(st.Cgroups) > 0 {
@@ -112,7 +113,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 			}
 		}
 		if fd, err := unix.PidfdOpen(st.Init, 0); err == nil {
-			if procStart(st.Init) == st.InitStart {
+			if sysfile.ProcStart(st.Init) == st.InitStart {
 				unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
 			}
 			unix.Close(fd)

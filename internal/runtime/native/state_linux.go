@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/airlock-dev/airlock/internal/cgroup"
 	"github.com/airlock-dev/airlock/internal/quota"
+	"github.com/airlock-dev/airlock/internal/sysfile"
 )
 
 // stateFile records, in a sandbox's state directory, what a later airlock
@@ -49,35 +49,16 @@ type stateFile struct {
 
 // writeState records st, owned by this process, in the state directory.
 func writeState(dir string, st *stateFile) error {
-	st.Owner, st.OwnerStart = os.Getpid(), procStart(os.Getpid())
+	st.Owner, st.OwnerStart = os.Getpid(), sysfile.SelfStart()
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
 	tmp := filepath.Join(dir, ".state.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	if err := sysfile.WriteFile(tmp, b, 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(dir, "state.json"))
-}
-
-// procStart is the start time of pid (field 22 of /proc/pid/stat), which
-// tells a live owner from a recycled pid.
-func procStart(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return ""
-	}
-	return f[19]
 }
 
 // sweep removes the state of sandboxes whose supervisor is gone. A
@@ -110,7 +91,7 @@ func sweep(root string, vs *quota.Volumes) {
 			continue // the /etc cache, a daemon's own state root
 		}
 		dir := filepath.Join(root, e.Name())
-		b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+		b, err := sysfile.ReadFile(filepath.Join(dir, "state.json"))
 		if err != nil {
 			fi, err := e.Info()
 			if err == nil && time.Since(fi.ModTime()) > 2*setupTimeout {
@@ -122,10 +103,10 @@ func sweep(root string, vs *quota.Volumes) {
 		if json.Unmarshal(b, &st) != nil {
 			continue
 		}
-		if st.Owner > 0 && procStart(st.Owner) == st.OwnerStart {
+		if st.Owner > 0 && sysfile.ProcStart(st.Owner) == st.OwnerStart {
 			continue // owner alive
 		}
-		if st.Detached && st.Init > 0 && procStart(st.Init) == st.InitStart {
+		if st.Detached && st.Init > 0 && sysfile.ProcStart(st.Init) == st.InitStart {
 			continue // outlives its owner by design, waiting to be adopted
 		}
 		cleanupState(dir, &st)
@@ -184,7 +165,7 @@ func ReapMain() {
 			break
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	b, err := sysfile.ReadFile(filepath.Join(dir, "state.json"))
 	if err != nil {
 		os.Exit(0) // destroyed normally
 	}
