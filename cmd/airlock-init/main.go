@@ -1,3 +1,8 @@
+// The runtime names its memory mappings with one prctl each (Go 1.25's
+// decoratemappings): inside gVisor every one is a round trip to the
+// Sentry on the sandbox's start path, and nobody reads those names here.
+//go:debug decoratemappings=0
+
 // Command airlock-init is the program a sandbox's PID 1 runs: the sandbox's
 // init and agent, and the reaper that cleans up after a killed supervisor.
 // It links only the sandbox code (internal/runtime/native and the agent), so
