@@ -403,8 +403,8 @@ func (s *Server) exec(req *ExecRequest, files []*os.File) {
 // goroutines on other threads (about 0.15 ms on a 2-CPU VM); the pidfd is
 // in the runtime's poller, whose thread runs this at once, usually in the
 // same wake-up as the end of the process's output. Whichever comes first
-// reaps; the other finds nothing. Where pidfds are missing (a kernel
-// before 5.3, or gVisor) the agent relies on SIGCHLD alone.
+// reaps; the other finds nothing. Where non-blocking pidfds are missing (a
+// kernel before 5.10) the agent relies on SIGCHLD alone.
 func (s *Server) awaitExit(pidfd int) {
 	f := os.NewFile(uintptr(pidfd), "pidfd")
 	defer f.Close()

@@ -216,8 +216,7 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 	// recorded sandbox, whose record stores events from the start.
 	stored := make(chan error, 1)
 	if rec.Record {
-		stored <- m.st.PutSandbox(ctx, &sb.rec)
-		if err := <-stored; err != nil {
+		if err := m.st.PutSandbox(ctx, &sb.rec); err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 		close(stored)
