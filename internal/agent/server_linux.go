@@ -478,32 +478,30 @@ func (s *Server) reap() {
 		if captured {
 			s.keepFinished(id)
 		}
-		if !captured || bufs[0].hasEnded() && bufs[1].hasEnded() {
+		exit := func() *Message {
 			if collect > 0 {
 				ex.Output = collected(bufs, collect)
 			}
-			now = append(now, &Message{Type: TypeExit, Exit: ex})
+			return &Message{Type: TypeExit, Exit: ex}
+		}
+		if !captured || bufs[0].hasEnded() && bufs[1].hasEnded() {
+			now = append(now, exit())
 			continue
 		}
 		go func() {
-			if captured {
-				// Its output first: a supervisor that reads what there is
-				// once it learns of the exit then finds all of it, unless
-				// a child the process left holds its output open.
-				late := make(chan struct{})
-				t := time.AfterFunc(exitFlush, func() { close(late) })
-				for _, b := range bufs {
-					select {
-					case <-b.ended:
-					case <-late:
-					}
-				}
-				t.Stop()
-				if collect > 0 {
-					ex.Output = collected(bufs, collect)
+			// Its output first: a supervisor that reads what there is
+			// once it learns of the exit then finds all of it, unless a
+			// child the process left holds its output open.
+			late := make(chan struct{})
+			t := time.AfterFunc(exitFlush, func() { close(late) })
+			for _, b := range bufs {
+				select {
+				case <-b.ended:
+				case <-late:
 				}
 			}
-			s.send(&Message{Type: TypeExit, Exit: ex})
+			t.Stop()
+			s.send(exit())
 		}()
 	}
 }
