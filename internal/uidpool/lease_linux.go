@@ -248,7 +248,7 @@ func ProcessIn(uids, gids Range) (pid int, found bool) {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		b, err := sysfile.ReadFile("/proc/" + e.Name() + "/status")
 		if err != nil {
 			continue // gone
 		}

@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/rundir"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
+	"github.com/airlock-dev/airlock/internal/sysfile"
 )
 
 // Runtime is the gvisor runtime.
@@ -329,25 +330,8 @@ type owner struct {
 }
 
 func writeOwner(dir string, detached bool) error {
-	raw, _ := json.Marshal(owner{Pid: os.Getpid(), Start: startTime(os.Getpid()), Detached: detached})
+	raw, _ := json.Marshal(owner{Pid: os.Getpid(), Start: sysfile.SelfStart(), Detached: detached})
 	return os.WriteFile(filepath.Join(dir, "owner.json"), raw, 0o600)
-}
-
-// startTime is field 22 of /proc/PID/stat, or "" when the process is gone.
-func startTime(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return ""
-	}
-	return f[19]
 }
 
 var sweepMu sync.Mutex
@@ -377,7 +361,7 @@ func sweep(runsc string, r *Runtime) {
 		if json.Unmarshal(raw, &o) != nil || o.Detached || o.Pid == os.Getpid() {
 			continue
 		}
-		if st := startTime(o.Pid); st != "" && st == o.Start {
+		if st := sysfile.ProcStart(o.Pid); st != "" && st == o.Start {
 			continue
 		}
 		sb := &sandbox{id: e.Name(), dir: filepath.Join(root, e.Name()), runsc: runsc, rt: r, done: make(chan struct{}), created: true,
