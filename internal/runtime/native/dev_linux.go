@@ -2,7 +2,7 @@ package native
 
 import (
 	"errors"
-	"io/fs"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -69,30 +69,36 @@ func mountProc(proc string, mask *masker) error {
 	if err := mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
 	}
+	// An entry this kernel does not have is skipped: the mount on it
+	// fails with ENOENT (ENOTDIR for a directory that is a file here).
+	// The mount's own lookup is the only one: a separate stat of each
+	// of these 27 entries, in a proc that has just been mounted and so
+	// has none of them cached, cost about 0.1 ms per sandbox.
+	absent := func(err error, alsoNotDir bool) bool {
+		return errors.Is(err, unix.ENOENT) || alsoNotDir && errors.Is(err, unix.ENOTDIR)
+	}
+	// ENOENT must mean the entry: the source of those masks has to be
+	// there, or a mask would be skipped instead of failing.
+	var st unix.Stat_t
+	if err := unix.Stat("/dev/null", &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return fmt.Errorf("mask /proc: /dev/null is missing or not a device (%v)", err)
+	}
 	for _, n := range procMaskedFiles {
-		p := filepath.Join(proc, n)
-		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err := bindRO("/dev/null", p); err != nil {
+		if err := bindRO("/dev/null", filepath.Join(proc, n)); err != nil && !absent(err, false) {
 			return err
 		}
 	}
 	for _, n := range procMaskedDirs {
-		p := filepath.Join(proc, n)
-		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
-			continue
-		}
-		if err := mask.dir(p); err != nil {
+		if err := mask.dir(filepath.Join(proc, n)); err != nil && !absent(err, true) {
 			return err
 		}
 	}
 	for _, n := range procReadOnly {
 		p := filepath.Join(proc, n)
-		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
 		if err := mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			if absent(err, false) {
+				continue
+			}
 			return err
 		}
 		if err := remount(p, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC); err != nil {
