@@ -69,27 +69,35 @@ func mountProc(proc string, mask *masker) error {
 	if err := mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
 	}
-	// An entry this kernel does not have is skipped: the mount on it
+	// An entry this kernel does not have is skipped: the mount onto it
 	// fails with ENOENT (ENOTDIR for a directory that is a file here).
-	// The mount's own lookup is the only one: a separate stat of each
+	// That first mount's lookup is the only one: a separate stat of each
 	// of these 27 entries, in a proc that has just been mounted and so
-	// has none of them cached, cost about 0.1 ms per sandbox.
-	absent := func(err error, alsoNotDir bool) bool {
-		return errors.Is(err, unix.ENOENT) || alsoNotDir && errors.Is(err, unix.ENOTDIR)
+	// has none of them cached, cost about 0.1 ms per sandbox. Only that
+	// mount's error can mean "absent"; any later step failing fails.
+	absent := func(err error, dir bool) bool {
+		return errors.Is(err, unix.ENOENT) || dir && errors.Is(err, unix.ENOTDIR)
 	}
-	// ENOENT must mean the entry: the source of those masks has to be
-	// there, or a mask would be skipped instead of failing.
+	// ENOENT must mean the entry: the masks' source has to be there, or
+	// a mask would be skipped instead of failing.
 	var st unix.Stat_t
 	if err := unix.Stat("/dev/null", &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
 		return fmt.Errorf("mask /proc: /dev/null is missing or not a device (%v)", err)
 	}
 	for _, n := range procMaskedFiles {
-		if err := bindRO("/dev/null", filepath.Join(proc, n)); err != nil && !absent(err, false) {
+		p := filepath.Join(proc, n)
+		if err := mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
+			if absent(err, false) {
+				continue
+			}
+			return err
+		}
+		if err := remount(p, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV); err != nil {
 			return err
 		}
 	}
 	for _, n := range procMaskedDirs {
-		if err := mask.dir(filepath.Join(proc, n)); err != nil && !absent(err, true) {
+		if _, err := mask.dirIfPresent(filepath.Join(proc, n), absent); err != nil {
 			return err
 		}
 	}
@@ -121,15 +129,29 @@ type masker struct {
 }
 
 func (m *masker) dir(dst string) error {
+	_, err := m.dirIfPresent(dst, func(error, bool) bool { return false })
+	return err
+}
+
+// dirIfPresent is dir for a dst that may not exist: when its first mount
+// fails with an error that absent accepts, it reports false and leaves
+// dst alone; an error of any later step is returned.
+func (m *masker) dirIfPresent(dst string, absent func(err error, dir bool) bool) (bool, error) {
 	if m.first == "" {
 		if err := mount("tmpfs", dst, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=000"); err != nil {
-			return err
+			if absent(err, true) {
+				return false, nil
+			}
+			return false, err
 		}
 		m.first = dst
-		return nil
+		return true, nil
 	}
 	if err := mount(m.first, dst, "", unix.MS_BIND, ""); err != nil {
-		return err
+		if absent(err, true) {
+			return false, nil
+		}
+		return false, err
 	}
-	return remount(dst, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC)
+	return true, remount(dst, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC)
 }
