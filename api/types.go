@@ -403,9 +403,9 @@ type RecordEventsPage struct {
 // are closed.
 type NetworkPolicy struct {
 	// Mode is "none", "allowlist" or "open". A sandbox created with mode
-	// none has no egress gateway and keeps mode none (PUT of another mode
-	// is a 409); one created with a gateway may switch between all three
-	// (none then denies everything).
+	// none has no egress gateway and keeps mode none without rules (a PUT
+	// of another mode, or of any rule, is a 409); one created with a
+	// gateway may switch between all three (none then denies everything).
 	Mode string `json:"mode"`
 	// Allow and Deny are egress rules: HOST[:PORT] with *.domain
 	// wildcards, IP literals and CIDRs, or @preset names (Allow only).

@@ -310,7 +310,7 @@ func newReviewCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "review [apply|discard|diff|rollback ID|DIR]",
-		Short: "List workspace runs whose changes are pending; apply or discard one",
+		Short: "List workspace runs (pending, or applied and kept for rollback); apply, discard or roll back one",
 		Long: `airlock run --workspace DIR keeps the sandbox's writes in a copy-on-write
 layer and applies them when the command ends. A run whose changes were not
 applied (airlock was killed, or an apply failed) stays pending here:

@@ -273,8 +273,11 @@ func (m *Manager) SetNetworkPolicy(ctx context.Context, id string, np api.Networ
 	if err != nil {
 		return api.NetworkPolicy{}, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	if !hasGateway && np.Mode != policy.NetworkNone {
-		return api.NetworkPolicy{}, conflict("sandbox %s was created with network mode none: it has no egress gateway, and whether a sandbox has one is fixed when it is created; create a sandbox whose policy has network mode allowlist or open", id)
+	if !hasGateway && (np.Mode != policy.NetworkNone || len(np.Allow) > 0 || len(np.Deny) > 0 || len(np.HTTP) > 0) {
+		// Rules with mode none would be accepted and never apply: a
+		// caller who adds one means to open something (airlock net ID
+		// allow HOST keeps the mode it reads).
+		return api.NetworkPolicy{}, conflict("sandbox %s was created with network mode none: it has no egress gateway, so no mode or rule can give it network, and whether a sandbox has one is fixed when it is created; create a sandbox whose policy has network mode allowlist or open", id)
 	}
 	n := applyNetwork(base, &np)
 	check := policy.Policy{Network: n}

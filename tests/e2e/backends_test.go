@@ -93,7 +93,7 @@ var conformance = []probe{
 	}},
 	{name: "Unprotect", fn: TestUnprotect},
 	{name: "TTY", fn: TestTTY, cannot: map[string]string{
-		"gvisor": "tty(1) names the terminal host:[N], not /dev/pts/N: the terminal is a pty runsc passes in from the host; isatty, the size, job control, resize and ^C work (TTYResizeAndInterrupt)",
+		"gvisor": "tty(1) says \"not a tty\": the terminal is a pty runsc passes in from the host, with no name under /dev (fd 0 is host:[N]); isatty, the size, job control, resize and ^C work (TTYResizeAndInterrupt)",
 	}},
 	{name: "TTYResizeAndInterrupt", fn: TestTTYResizeAndInterrupt},
 	{name: "TIOCSTI", fn: TestTIOCSTI},

@@ -450,7 +450,8 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 	set(closed)
 
-	// A sandbox created without network: no other mode (409); none is fine.
+	// A sandbox created without network: no other mode (409), and no rule
+	// either, which would never apply (409); none alone is fine.
 	plain := d.create(t, nil)
 	if np, err := d.c.NetworkPolicy(ctx, plain.ID); err != nil || np.Mode != "none" {
 		t.Fatalf("policy of a no-network sandbox: %+v %v", np, err)
@@ -460,8 +461,19 @@ func TestNetworkPolicy(t *testing.T) {
 	if !strings.Contains(err.Error(), "mode none") {
 		t.Fatalf("409 does not say why: %v", err)
 	}
+	for name, np := range map[string]api.NetworkPolicy{
+		"allow": {Mode: "none", Allow: []string{"api.test"}},
+		"deny":  {Mode: "none", Deny: []string{"api.test"}},
+		"http":  {Mode: "none", HTTP: []api.HTTPRule{{Hosts: []string{"api.test"}}}},
+	} {
+		_, err = d.c.SetNetworkPolicy(ctx, plain.ID, np)
+		wantCode(t, "mode none with a rule ("+name+") on a mode-none sandbox", err, 409)
+	}
 	if _, err := d.c.SetNetworkPolicy(ctx, plain.ID, api.NetworkPolicy{Mode: "none"}); err != nil {
 		t.Fatalf("none on a mode-none sandbox: %v", err)
+	}
+	if np, err := d.c.NetworkPolicy(ctx, plain.ID); err != nil || np.Mode != "none" || len(np.Allow)+len(np.Deny)+len(np.HTTP) != 0 {
+		t.Fatalf("policy of the no-network sandbox after the refusals: %+v %v", np, err)
 	}
 	_, err = d.c.SetNetworkPolicy(ctx, "sb-0000000000000000", closed)
 	wantCode(t, "policy of a missing sandbox", err, 404)
