@@ -1,6 +1,7 @@
 package record
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"net/netip"
@@ -58,7 +59,7 @@ func Suggest(evs []Event, source string) string {
 			}
 			k := hp{strings.ToLower(e.Host), e.Port}
 			if !*e.Allowed {
-				denied[k] = append(denied[k], e.Rule)
+				denied[k] = append(denied[k], cmp.Or(e.Rule, e.Error)) // a name that did not resolve has no rule
 				continue
 			}
 			allowed[k]++
@@ -112,7 +113,7 @@ func Suggest(evs []Event, source string) string {
 		}
 		fmt.Fprintf(&b, "#   %s (%dx)\n", commentSafe(p), progs[p])
 	}
-	b.WriteString("#\n# Writable paths: file changes are not in the record, so none can be derived\n# from it; run with --workspace DIR --review to see what a run changes.\n\n")
+	b.WriteString("#\n# Writable paths: the record's file events cover the workspace only, so none\n# outside it can be derived; run with --workspace DIR --review to see what a\n# run changes.\n\n")
 
 	b.WriteString("network:\n")
 	if len(allowed) == 0 {

@@ -21,6 +21,7 @@ func TestSuggest(t *testing.T) {
 		{Type: TypeNet, Host: "api.example.com", Port: 443, Addr: "93.184.216.34:443", Allowed: &yes},
 		{Type: TypeNet, Host: "local.test", Port: 8080, Addr: "127.0.0.1:8080", Allowed: &yes},
 		{Type: TypeNet, Host: "evil.test", Port: 80, Allowed: &no, Rule: "not in allowlist"},
+		{Type: TypeNet, Host: "gone.test", Port: 443, Allowed: &no, Error: "resolve: no such host"},
 		{Type: TypeUsage, Time: t0.Add(time.Second), CPUNs: u(0), MemoryBytes: u(10 << 20), MemoryPeak: u(100 << 20), Pids: u(20)},
 		{Type: TypeUsage, Time: t0.Add(2 * time.Second), CPUNs: u(1500e6), MemoryBytes: u(50 << 20), Pids: u(40)},
 		{Type: TypeEnd, Time: t0.Add(3 * time.Second)},
@@ -36,7 +37,7 @@ func TestSuggest(t *testing.T) {
 	if p.Resources.Memory != 160<<20 || p.Resources.Pids != 80 || p.Resources.CPU != 2.5 {
 		t.Errorf("resources: %+v\n%s", p.Resources, s)
 	}
-	for _, want := range []string{"#   evil.test:80 (1x: not in allowlist)", "/usr/bin/curl (1x)", "/memfd:x?(deleted)", "2 execs"} {
+	for _, want := range []string{"#   evil.test:80 (1x: not in allowlist)", "#   gone.test:443 (1x: resolve: no such host)", "/usr/bin/curl (1x)", "/memfd:x?(deleted)", "2 execs"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("missing %q:\n%s", want, s)
 		}
