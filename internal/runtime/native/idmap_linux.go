@@ -104,26 +104,27 @@ func idmappedMounts(pid int, image, etc, workspace, layer string, binds []bindMo
 // gives them, with the kind of each source.
 func bindMounts(spec *runtime.Spec) ([]bindMount, error) {
 	var out []bindMount
-	add := func(src, dst string, rw bool) error {
+	// what names the policy entry (--ro, --rw, --bind) in an error.
+	add := func(what, src, dst string, rw bool) error {
 		fi, err := os.Stat(src)
 		if err != nil {
-			return fmt.Errorf("bind source: %w", err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		out = append(out, bindMount{Source: src, Target: dst, Writable: rw, Dir: fi.IsDir()})
 		return nil
 	}
 	for _, p := range spec.ReadOnly {
-		if err := add(p, p, false); err != nil {
+		if err := add("read-only path (--ro, read_only)", p, p, false); err != nil {
 			return nil, err
 		}
 	}
 	for _, p := range spec.Writable {
-		if err := add(p, p, true); err != nil {
+		if err := add("writable path (--rw, writable)", p, p, true); err != nil {
 			return nil, err
 		}
 	}
 	for _, b := range spec.Binds {
-		if err := add(b.Source, b.Target, b.Writable); err != nil {
+		if err := add("bind source (--bind, binds)", b.Source, b.Target, b.Writable); err != nil {
 			return nil, err
 		}
 	}

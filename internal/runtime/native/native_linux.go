@@ -529,7 +529,7 @@ func (sb *sandbox) buildSetup(spec *runtime.Spec, root string, pid int, owners *
 	}
 	var err error
 	if st.Mounts, err = bindMounts(spec); err != nil {
-		return nil, nil, &LayerError{Layer: layerFilesystem, Err: err, Fix: "check the bind sources"}
+		return nil, nil, &LayerError{Layer: layerFilesystem, Err: err, Fix: "check that the path exists on the host"}
 	}
 	if spec.Image == "" {
 		if st.Etc, err = etcCache(root); err != nil {
