@@ -169,13 +169,30 @@ func ociSpec(id string, spec *runtime.Spec, rootfs, workspace, etc, initPath, se
 		}
 		m = append(m, pm...)
 	}
+	// A source that is not there is the caller's mistake, said here as on
+	// native: runsc would only fail to start the sandbox.
+	exists := func(what, src string) error {
+		if _, err := os.Stat(src); err != nil {
+			return fmt.Errorf("%s: %w (fix: check that the path exists on the host)", what, err)
+		}
+		return nil
+	}
 	for _, p := range spec.ReadOnly {
+		if err := exists("read-only path (--ro, read_only)", p); err != nil {
+			return b, err
+		}
 		m = append(m, bind(p, p, false))
 	}
 	for _, p := range spec.Writable {
+		if err := exists("writable path (--rw, writable)", p); err != nil {
+			return b, err
+		}
 		m = append(m, bind(p, p, true))
 	}
 	for _, bd := range spec.Binds {
+		if err := exists("bind source (--bind, binds)", bd.Source); err != nil {
+			return b, err
+		}
 		m = append(m, bind(bd.Source, bd.Target, bd.Writable))
 	}
 	for _, d := range spec.Deny {

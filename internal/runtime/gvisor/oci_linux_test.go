@@ -158,3 +158,37 @@ func TestFindMissing(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// A --ro, --rw or --bind source that is not on the host is refused with
+// what it is, before runsc would fail to start; an existing one is bound.
+func TestOCISpecMissingSource(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "not-there")
+	for _, c := range []struct {
+		what string
+		spec runtime.Spec
+	}{
+		{"read-only path", runtime.Spec{ReadOnly: []string{missing}}},
+		{"writable path", runtime.Spec{Writable: []string{missing}}},
+		{"bind source", runtime.Spec{Binds: []runtime.Bind{{Source: missing, Target: "/x"}}}},
+	} {
+		_, err := ociSpec("0123456789abcdef", &c.spec, t.TempDir(), "", "/etc", "/bin/true", "", "", true)
+		if err == nil || !strings.Contains(err.Error(), c.what) || !strings.Contains(err.Error(), missing) {
+			t.Errorf("%s missing: %v", c.what, err)
+		}
+	}
+	// Control: the same entries with a source that exists.
+	there := t.TempDir()
+	b, err := ociSpec("0123456789abcdef", &runtime.Spec{ReadOnly: []string{there}, Binds: []runtime.Bind{{Source: there, Target: "/x"}}}, t.TempDir(), "", "/etc", "/bin/true", "", "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range b.spec.Mounts {
+		if m.Source == there {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d mounts of %s, want 2: %+v", n, there, b.spec.Mounts)
+	}
+}
