@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/spf13/cobra"
+
+	"github.com/airlock-dev/airlock/internal/errdefs"
 )
 
 func newPortCmd() *cobra.Command {
@@ -27,6 +29,11 @@ first, on a line of its own.`,
 			port, err := strconv.Atoi(args[1])
 			if err != nil || port < 1 || port > 65535 {
 				return fmt.Errorf("port %s: want 1 to 65535", arg(args[1]))
+			}
+			// An empty host would listen on every interface: only when
+			// said so.
+			if host, _, err := net.SplitHostPort(listen); err != nil || host == "" {
+				return fmt.Errorf("--listen %s: want HOST:PORT with a host (0.0.0.0:PORT for every interface)", errdefs.Quote(listen))
 			}
 			c, err := newClient(cmd)
 			if err != nil {

@@ -171,13 +171,25 @@ func buildPolicy(f *runFlags) (*policy.Policy, error) {
 	if f.timeout != 0 {
 		p.Resources.Timeout = f.timeout
 	}
-	p.Filesystem.ReadOnly = append(p.Filesystem.ReadOnly, absAll(f.ro)...)
-	p.Filesystem.Writable = append(p.Filesystem.Writable, absAll(f.rw)...)
+	ro, err := absAll("--ro", f.ro)
+	if err != nil {
+		return nil, err
+	}
+	rw, err := absAll("--rw", f.rw)
+	if err != nil {
+		return nil, err
+	}
+	p.Filesystem.ReadOnly = append(p.Filesystem.ReadOnly, ro...)
+	p.Filesystem.Writable = append(p.Filesystem.Writable, rw...)
 	p.Filesystem.Deny = append(p.Filesystem.Deny, f.deny...)
 	for _, b := range f.binds {
 		parts := strings.Split(b, ":")
 		if len(parts) < 2 || len(parts) > 3 || (len(parts) == 3 && parts[2] != "rw" && parts[2] != "ro") {
 			return nil, fmt.Errorf("--bind %s: want SRC:DST or SRC:DST:rw", errdefs.Quote(b))
+		}
+		if parts[0] == "" || parts[1] == "" {
+			// An empty SRC would be the current directory (filepath.Abs).
+			return nil, fmt.Errorf("--bind %s: empty path: want SRC:DST or SRC:DST:rw", errdefs.Quote(b))
 		}
 		src, _ := filepath.Abs(parts[0])
 		p.Filesystem.Binds = append(p.Filesystem.Binds, policy.Bind{Source: src, Target: parts[1], Writable: len(parts) == 3 && parts[2] == "rw"})
@@ -311,12 +323,17 @@ func prepareCaches(p *policy.Policy) ([]cache.Mount, error) {
 	return cache.Prepare(dir, os.Geteuid(), cs)
 }
 
-func absAll(paths []string) []string {
+// absAll makes the paths of a repeatable flag absolute, refusing an empty
+// one, which filepath.Abs would turn into the current directory.
+func absAll(flag string, paths []string) ([]string, error) {
 	out := make([]string, len(paths))
 	for i, p := range paths {
+		if p == "" {
+			return nil, fmt.Errorf("%s: empty path", flag)
+		}
 		out[i], _ = filepath.Abs(p)
 	}
-	return out
+	return out, nil
 }
 
 // catchRunSignals starts catching the signals `airlock run` forwards to

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// airlock port refuses a --listen address without a host, which would
+// listen on every interface; with a host it goes on (here to a daemon
+// that is not there).
+func TestPortListenNeedsHost(t *testing.T) {
+	nowhere := "unix://" + filepath.Join(t.TempDir(), "none.sock")
+	run := func(listen string) error {
+		cmd := newPortCmd()
+		cmd.SetArgs([]string{"--host", nowhere, "--listen", listen, "sb-0000000000000000", "80"})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		return cmd.Execute()
+	}
+	for _, l := range []string{"", ":8080", "localhost"} {
+		if err := run(l); err == nil || !strings.Contains(err.Error(), "want HOST:PORT with a host") {
+			t.Errorf("--listen %q: %v", l, err)
+		}
+	}
+	// Control: an address with a host passes the check and fails later,
+	// reaching for the daemon.
+	if err := run("127.0.0.1:0"); err == nil || strings.Contains(err.Error(), "want HOST:PORT") {
+		t.Errorf("--listen 127.0.0.1:0: %v", err)
+	}
+}
