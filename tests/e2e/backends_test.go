@@ -146,8 +146,10 @@ func TestBackends(t *testing.T) {
 }
 
 // TestGVisorBadInput: a missing runsc, a policy the backend cannot honour
-// (cgroups without root) and an unknown runtime are refused with one line and exit 125, and leave
-// no runsc state behind; the same run with runsc installed succeeds.
+// (cgroups without root), an unknown runtime and a missing --ro path are
+// refused with one line and exit 125, a memory limit too small for the
+// Sentry to start says so, and none leaves runsc state behind (not even
+// runsc's lock file); the same run with runsc installed succeeds.
 func TestGVisorBadInput(t *testing.T) {
 	needRoot(t)
 	runsc, err := gvisor.Find()
@@ -155,7 +157,7 @@ func TestGVisorBadInput(t *testing.T) {
 		t.Skip(err)
 	}
 	state := filepath.Join("/run", "airlock-gvisor")
-	before := entries(state)
+	before, beforeFiles := entries(state), runscFiles(state)
 	r := run(t, opts{env: []string{"AIRLOCK_RUNSC=/nonexistent/runsc"}}, []string{"--runtime", "gvisor"}, "true")
 	if r.code != 125 || !strings.Contains(r.stderr, "install-runsc") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 		t.Errorf("missing runsc: want exit 125 and one line naming scripts/install-runsc\n%s", r)
@@ -168,14 +170,36 @@ func TestGVisorBadInput(t *testing.T) {
 	if r.code != 125 || !strings.Contains(r.stderr, `unknown runtime "firecracker"`) {
 		t.Errorf("unknown runtime: want exit 125\n%s", r)
 	}
+	missing := filepath.Join(t.TempDir(), "not-there")
+	r = run(t, opts{}, []string{"--runtime", "gvisor", "--ro", missing}, "true")
+	if r.code != 125 || !strings.Contains(r.stderr, "read-only path") || !strings.Contains(r.stderr, missing) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Errorf("missing --ro path: want exit 125 and one line naming it\n%s", r)
+	}
+	r = run(t, opts{}, []string{"--runtime", "gvisor", "--memory", "8MiB"}, "true")
+	if r.code == 0 || !strings.Contains(r.stderr, "ran out of memory before the command started") {
+		t.Errorf("--memory 8MiB: want a failure saying the sandbox ran out of memory while starting\n%s", r)
+	}
 	if after := entries(state); after != before {
 		t.Errorf("failed creations left state behind in %s: before %q, after %q", state, before, after)
+	}
+	if after := runscFiles(state); after != beforeFiles {
+		t.Errorf("failed creations left runsc's files behind in %s/runsc: before %q, after %q", state, beforeFiles, after)
 	}
 	// Control: the same run with runsc installed works.
 	mustOK(t, run(t, opts{env: []string{"AIRLOCK_RUNSC=" + runsc}}, []string{"--runtime", "gvisor"}, "true"), "gvisor true")
 	if after := entries(state); after != before {
 		t.Errorf("a finished run left state behind in %s: before %q, after %q", state, before, after)
 	}
+}
+
+// runscFiles lists every file in a state root's runsc directory.
+func runscFiles(dir string) string {
+	var names []string
+	es, _ := os.ReadDir(filepath.Join(dir, "runsc"))
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return strings.Join(names, ",")
 }
 
 // entries lists the sandbox directories in a state root (and runsc's).

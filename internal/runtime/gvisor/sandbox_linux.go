@@ -525,6 +525,16 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 				return // keep the bundle (and cgroup.json): the next sweep retries
 			}
 		}
+		// runsc keeps a lock file (and its control socket) for an id
+		// whose container it never recorded, as when the sandbox was
+		// killed while it started (over its memory limit): `delete` then
+		// finds nothing to delete and they stay. Nothing of the sandbox
+		// runs by now (deleted, and its cgroup emptied).
+		if m, _ := filepath.Glob(filepath.Join(sb.rt.stateRoot(), "runsc", "*"+sb.id+"*")); len(m) > 0 {
+			for _, f := range m {
+				os.Remove(f)
+			}
+		}
 		for i := len(sb.placeholders) - 1; i >= 0; i-- {
 			os.Remove(sb.placeholders[i]) // only if still empty
 		}
@@ -728,7 +738,16 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (_ runtim
 		// (exit 128, its message on stderr, which we hold only when we
 		// own stderr).
 		<-p.exit
-		return nil, fmt.Errorf("runsc exec: exit %d: %s", p.status.ShellCode(), strings.TrimSpace(errBuf.String()))
+		if sb.cg != nil && sb.cg.OOMKilled() {
+			// The Sentry, Gofer and stubs share the sandbox's memory
+			// limit: too small a one kills them while they start.
+			return nil, fmt.Errorf("the sandbox ran out of memory before the command started: the memory limit covers gVisor's Sentry and Gofer too; raise --memory (resources.memory)")
+		}
+		msg := strings.TrimSpace(errBuf.String())
+		if msg == "" {
+			msg = "runsc said nothing (run with --verbose, or see runsc's log)"
+		}
+		return nil, fmt.Errorf("runsc exec: exit %d: %s", p.status.ShellCode(), msg)
 	}
 	return p, nil
 }
