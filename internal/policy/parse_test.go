@@ -283,6 +283,7 @@ func TestParseErrors(t *testing.T) {
 		{"resources:\n  pids: 99999999", "agent.yaml:2: resources.pids: 99999999 is larger than the kernel's limit of 4194304"},
 		{"resources:\n  nofile: -5", `agent.yaml:2: resources.nofile: invalid number of open files "-5"`},
 		{"resources:\n  nofile: 99999999999", "agent.yaml:2: resources.nofile: 99999999999 is larger than 1073741824"},
+		{"resources:\n  nofile: 4", "agent.yaml:2: resources.nofile: 4 is below the minimum of 64 (the sandbox's init needs descriptors of its own; a command can lower its own limit with ulimit -n)"},
 		{"resources:\n  cpu: 0", `agent.yaml:2: resources.cpu: invalid number of cores "0" (must be > 0; leave cpu out for no limit)`},
 		{"resources:\n  cpu: -1", `agent.yaml:2: resources.cpu: invalid number of cores "-1" (must be > 0`},
 		{"resources:\n  cpu: .nan", `agent.yaml:2: resources.cpu: invalid number of cores ".nan"`},

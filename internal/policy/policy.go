@@ -207,6 +207,10 @@ const (
 	MinCPU    float64 = 0.01    // smallest cpu.max quota the kernel accepts
 	MaxCPU    float64 = 65536
 	MaxNoFile uint64  = 1 << 30
+	// MinNoFile: the sandbox's init and runtime need descriptors of
+	// their own before the command runs (below about 13 a native
+	// sandbox could not be set up, below 7 gVisor's could not start).
+	MinNoFile uint64 = 64
 )
 
 // Effective returns r with every zero field replaced by its default.

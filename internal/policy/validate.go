@@ -255,6 +255,9 @@ func (p *Policy) validateResources() error {
 	if r.NoFile > MaxNoFile {
 		return p.errAt("resources.nofile", "%d is larger than %d", r.NoFile, MaxNoFile)
 	}
+	if r.NoFile > 0 && r.NoFile < MinNoFile {
+		return p.errAt("resources.nofile", "%d is below the minimum of %d (the sandbox's init needs descriptors of its own; a command can lower its own limit with ulimit -n)", r.NoFile, MinNoFile)
+	}
 	return nil
 }
 
