@@ -17,7 +17,8 @@ func newKeysCmd() *cobra.Command {
 		Short: "Manage the API keys of the daemon (over its unix socket only)",
 		Long: `Manage the API keys that clients present over TCP (Authorization: Bearer).
 Keys can be managed only over the daemon's unix socket.`,
-		Args: cobra.NoArgs,
+		Args: cobra.NoArgs, // runnable, so that an unknown subcommand is an error
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newKeysCreateCmd(), newKeysLsCmd(), newKeysRevokeCmd())
 	return cmd

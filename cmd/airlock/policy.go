@@ -12,7 +12,9 @@ import (
 )
 
 func newPolicyCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "policy", Short: "Work with policy files"}
+	cmd := &cobra.Command{Use: "policy", Short: "Work with policy files",
+		// Runnable, so that an unknown subcommand is an error.
+		Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
 	var from, out string
 	suggest := &cobra.Command{
 		Use:   "suggest --from RECORD",

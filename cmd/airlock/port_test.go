@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // airlock port refuses a --listen address without a host, which would
@@ -29,5 +31,26 @@ func TestPortListenNeedsHost(t *testing.T) {
 	// reaching for the daemon.
 	if err := run("127.0.0.1:0"); err == nil || strings.Contains(err.Error(), "want HOST:PORT") {
 		t.Errorf("--listen 127.0.0.1:0: %v", err)
+	}
+}
+
+// keys and policy refuse an unknown subcommand (they printed their help
+// and exited 0); alone they print their help.
+func TestUnknownSubcommand(t *testing.T) {
+	for name, mk := range map[string]func() *cobra.Command{"keys": newKeysCmd, "policy": newPolicyCmd} {
+		for _, args := range [][]string{{"bogus"}, {}} {
+			cmd := mk()
+			cmd.SetArgs(args)
+			cmd.SetOut(io.Discard)
+			cmd.SetErr(io.Discard)
+			cmd.SilenceUsage, cmd.SilenceErrors = true, true
+			err := cmd.Execute()
+			if len(args) > 0 && (err == nil || !strings.Contains(err.Error(), `unknown command "bogus"`)) {
+				t.Errorf("%s bogus: %v", name, err)
+			}
+			if len(args) == 0 && err != nil {
+				t.Errorf("%s alone: %v", name, err)
+			}
+		}
 	}
 }
