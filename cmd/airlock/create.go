@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -96,6 +97,9 @@ func createRequest(f *createFlags) (*api.CreateSandboxRequest, error) {
 	}
 	if f.cpu < 0 || f.pids < 0 {
 		return nil, fmt.Errorf("--cpu and --pids must be positive")
+	}
+	if math.IsNaN(f.cpu) || math.IsInf(f.cpu, 0) {
+		return nil, fmt.Errorf("--cpu %v: want a number of cores (e.g. 1.5)", f.cpu)
 	}
 	return req, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -31,5 +32,18 @@ func TestBuildPolicyEmptyPaths(t *testing.T) {
 	}
 	if p.Filesystem.ReadOnly[0] != wd || p.Filesystem.Writable[0] != "/tmp" || p.Filesystem.Binds[0].Source != wd || !p.Filesystem.Binds[0].Writable {
 		t.Errorf("paths given: %+v", p.Filesystem)
+	}
+}
+
+// airlock create refuses a --cpu that is not a number (NaN, Inf), which
+// reached the request as a JSON encoding error; a number goes through.
+func TestCreateCPUNotANumber(t *testing.T) {
+	for _, v := range []float64{math.NaN(), math.Inf(1)} {
+		if _, err := createRequest(&createFlags{cpu: v}); err == nil || !strings.Contains(err.Error(), "--cpu") {
+			t.Errorf("--cpu %v: %v", v, err)
+		}
+	}
+	if req, err := createRequest(&createFlags{cpu: 1.5}); err != nil || req.Resources.CPU != 1.5 {
+		t.Errorf("--cpu 1.5: %+v %v", req, err)
 	}
 }

@@ -177,6 +177,10 @@ or nothing: past the daemon's max_sandboxes nothing is made. Prints the new
 sandboxes' ids, one a line.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if n < 1 || n > 64 {
+				// 0 would be the API's default, one sandbox.
+				return fmt.Errorf("-n %d: want 1 to 64", n)
+			}
 			l, err := parseLabels(labels)
 			if err != nil {
 				return err
