@@ -201,6 +201,18 @@ func buildPolicy(f *runFlags) (*policy.Policy, error) {
 	if f.net != "" {
 		p.Network.Mode = f.net
 	}
+	if f.net == policy.NetworkNone {
+		// Rules for a sandbox that is to have no network would be
+		// dropped without a word.
+		for _, c := range []struct {
+			flag string
+			n    int
+		}{{"--net-allow", len(f.netAllow)}, {"--net-deny", len(f.netDeny)}, {"--add-host", len(f.addHosts)}, {"--secret", len(f.secrets)}} {
+			if c.n > 0 {
+				return nil, fmt.Errorf("%s with --net none: the sandbox has no network for it to apply to; drop one of them", c.flag)
+			}
+		}
+	}
 	if len(f.netAllow) > 0 && (p.Network.Mode == "" || p.Network.Mode == policy.NetworkNone) && f.net == "" {
 		p.Network.Mode = policy.NetworkAllowlist
 	}

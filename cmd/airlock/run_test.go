@@ -47,3 +47,24 @@ func TestCreateCPUNotANumber(t *testing.T) {
 		t.Errorf("--cpu 1.5: %+v %v", req, err)
 	}
 }
+
+// --net none with a network rule is refused (the rule was dropped without
+// a word); the rule alone makes an allowlist, --net none alone is fine.
+func TestNetNoneWithRules(t *testing.T) {
+	for name, f := range map[string]runFlags{
+		"--net-allow": {net: "none", netAllow: []string{"example.com"}},
+		"--net-deny":  {net: "none", netDeny: []string{"example.com"}},
+		"--add-host":  {net: "none", addHosts: []string{"a:1.2.3.4"}},
+		"--secret":    {net: "none", secrets: []string{"TOKEN@example.com"}},
+	} {
+		if _, err := buildPolicy(&f); err == nil || !strings.Contains(err.Error(), name+" with --net none") {
+			t.Errorf("%s with --net none: %v", name, err)
+		}
+	}
+	if p, err := buildPolicy(&runFlags{netAllow: []string{"example.com"}}); err != nil || p.Network.Mode != "allowlist" {
+		t.Errorf("--net-allow alone: %+v %v", p, err)
+	}
+	if p, err := buildPolicy(&runFlags{net: "none"}); err != nil || p.Network.Mode != "none" {
+		t.Errorf("--net none alone: %+v %v", p, err)
+	}
+}
