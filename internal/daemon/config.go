@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -217,7 +218,7 @@ func LoadFile(path string) (*Config, error) {
 		dec := yaml.NewDecoder(bytes.NewReader(b))
 		dec.KnownFields(true)
 		if err := dec.Decode(c); err != nil && err != io.EOF {
-			return nil, fmt.Errorf("config %s: %v", path, err)
+			return nil, fmt.Errorf("config %s: %s", path, yamlError(err))
 		}
 	}
 	return c, nil
@@ -400,4 +401,22 @@ func (c *Config) manager() (manager.Config, int64, error) {
 	mc.CgroupParent = c.CgroupParent
 	mc.Insecure.NoLandlock, mc.Insecure.NoSeccomp, mc.Insecure.NoCgroups = c.Insecure.NoLandlock, c.Insecure.NoSeccomp, c.Insecure.NoCgroups
 	return mc, maxUpload, nil
+}
+
+// unknownField is how the YAML decoder says a key is not known, naming a
+// Go type the reader of the error has never heard of.
+var unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
+
+// yamlError is a decoding error on one line: each of its problems (with
+// its line number), "; "-separated, unknown keys said as such.
+func yamlError(err error) string {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err.Error()
+	}
+	msgs := make([]string, len(te.Errors))
+	for i, m := range te.Errors {
+		msgs[i] = unknownField.ReplaceAllString(m, "unknown key $1")
+	}
+	return strings.Join(msgs, "; ")
 }
