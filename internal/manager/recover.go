@@ -185,6 +185,14 @@ func (m *Manager) recoverOne(ctx context.Context, r *store.Sandbox) {
 		return
 	}
 	sb.egress, sb.egressEnv = gw, env
+	// The agent counts ids from the processes it has seen; one made anew
+	// by a restore and not used since has seen none, while the store
+	// holds the ids of the runtime before it: go on past those.
+	if s, ok := rt.(interface{ SkipProcessIDs(uint64) }); ok {
+		if next, err := m.nextProcessID(ctx, sb); err == nil {
+			s.SkipProcessIDs(next - 1)
+		}
+	}
 	m.adm.adopt()
 	now := time.Now().UTC()
 	running := map[uint64]bool{}

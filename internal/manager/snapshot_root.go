@@ -292,6 +292,12 @@ func (m *Manager) restoreRoot(ctx context.Context, sb *Sandbox, old runtime.Sand
 	}
 	spec.RecordExec = rec.Record
 	spec.ID = runtimeID(sb.id)
+	// The new runtime's processes go on from the old one's ids: an id
+	// handed out again would overwrite that process's record and output,
+	// and a client holding it would reach another process.
+	if spec.FirstProcessID, err = m.nextProcessID(ctx, sb); err != nil {
+		return err
+	}
 	spec.RootFrom = m.snapRoot(sn.ID)
 	rm := m.rootMetaOf(sn.ID)
 	if rm == nil {
@@ -399,4 +405,23 @@ func (m *Manager) restoreRoot(ctx context.Context, sb *Sandbox, old runtime.Sand
 		return failed(err)
 	}
 	return nil
+}
+
+// nextProcessID is the id past every process the sandbox has had: those
+// the store keeps and those still in memory.
+func (m *Manager) nextProcessID(ctx context.Context, sb *Sandbox) (uint64, error) {
+	ps, err := m.st.ListProcesses(ctx, sb.id)
+	if err != nil {
+		return 0, fmt.Errorf("its processes: %w", err)
+	}
+	var top uint64
+	for _, p := range ps {
+		top = max(top, p.ID)
+	}
+	sb.mu.Lock()
+	for id := range sb.procs {
+		top = max(top, id)
+	}
+	sb.mu.Unlock()
+	return top + 1, nil
 }

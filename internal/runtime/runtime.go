@@ -255,6 +255,10 @@ type Spec struct {
 	// caller so that it can record the sandbox before it exists. Empty: the
 	// runtime picks one.
 	ID string
+	// FirstProcessID is the id the sandbox's first process gets (0: 1).
+	// A sandbox made anew for one that ran processes before (a restore)
+	// starts past their ids, so that none is handed out twice.
+	FirstProcessID uint64
 	// Image is a root filesystem directory. Empty: the host's system
 	// directories, read-only, under a copy-on-write layer.
 	Image string

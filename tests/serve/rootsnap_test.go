@@ -635,3 +635,55 @@ func TestRootSnapshotTooLarge(t *testing.T) {
 		t.Errorf("from the snapshot with room: %q", got)
 	}
 }
+
+// Process ids go on across a restore that makes the runtime anew: the
+// new processes get ids the sandbox never had, and the old ones keep
+// their records (argv, output). Control: before the restore ids are
+// handed out one after the other from p1.
+func TestRestoreKeepsProcessIDs(t *testing.T) {
+	d := snapDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	var ids []string
+	for _, w := range []string{"before-1", "before-2"} {
+		r, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"echo", w}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ProcessID)
+	}
+	if ids[0] != "p1" || ids[1] != "p2" {
+		t.Fatalf("control: ids %v, want p1 p2", ids)
+	}
+	sn, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{})
+	if err != nil || !sn.Root {
+		t.Fatalf("snapshot: %+v %v", sn, err)
+	}
+	if _, err := d.c.Restore(ctx, sb.ID, sn.ID); err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"echo", "after-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ProcessID == "p1" || r.ProcessID == "p2" || string(r.Stdout) != "after-1\n" {
+		t.Errorf("after the restore: %s %q, want a new id", r.ProcessID, r.Stdout)
+	}
+	p1, err := d.c.GetProcess(ctx, sb.ID, "p1")
+	if err != nil || len(p1.Argv) != 2 || p1.Argv[1] != "before-1" {
+		t.Errorf("p1 after the restore: %+v %v, want echo before-1", p1, err)
+	}
+	// The same after a restore followed at once by a daemon restart
+	// (the new agent has seen no process yet).
+	if _, err := d.c.Restore(ctx, sb.ID, sn.ID); err != nil {
+		t.Fatal(err)
+	}
+	d.restart(syscall.SIGKILL)
+	r2, err := d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"echo", "after-2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.ProcessID == "p1" || r2.ProcessID == "p2" || r2.ProcessID == r.ProcessID {
+		t.Errorf("after a restore and a daemon restart: %s, want an id not used before (%v, %s)", r2.ProcessID, ids, r.ProcessID)
+	}
+}

@@ -58,6 +58,9 @@ func (c *AgentClient) Exec(ctx context.Context, req *runtime.ExecRequest) (runti
 // Process returns a process by its request id (see Adopt).
 func (c *AgentClient) Process(id uint64) (runtime.Process, bool) { return c.sb.Process(id) }
 
+// SkipProcessIDs makes the next process's id larger than upTo.
+func (c *AgentClient) SkipProcessIDs(upTo uint64) { c.sb.SkipProcessIDs(upTo) }
+
 // Done is closed when the channel to the agent is gone.
 func (c *AgentClient) Done() <-chan struct{} { return c.sb.done }
 
@@ -147,7 +150,7 @@ func (sb *sandbox) Warm(ctx context.Context) error {
 
 func (sb *sandbox) warm(ctx context.Context, req *runtime.ExecRequest) error {
 	sb.mu.Lock()
-	fresh := sb.nextID == 0
+	fresh := sb.nextID == sb.idBase
 	sb.mu.Unlock()
 	if !fresh {
 		return errors.New("warm: the sandbox has run commands already")
@@ -160,9 +163,9 @@ func (sb *sandbox) warm(ctx context.Context, req *runtime.ExecRequest) error {
 	ended := true
 	defer func() {
 		sb.mu.Lock()
-		if ended && sb.nextID == 1 {
-			delete(sb.procs, 1)
-			sb.nextID = 0
+		if ended && sb.nextID == sb.idBase+1 {
+			delete(sb.procs, sb.nextID)
+			sb.nextID = sb.idBase
 		}
 		sb.mu.Unlock()
 	}()

@@ -210,6 +210,10 @@ func (r *Runtime) create(ctx context.Context, spec *runtime.Spec, first *runtime
 	}
 
 	sb := &sandbox{id: id, stateDir: stateDir, procs: map[uint64]*process{}, done: make(chan struct{}), swept: swept, detached: r.Detached, listen: spec.Listen, lease: lease, agentVersion: agent.Version, recordExec: spec.RecordExec}
+	if spec.FirstProcessID > 1 {
+		sb.idBase = spec.FirstProcessID - 1
+		sb.nextID = sb.idBase
+	}
 	sb.info = runtime.Info{ID: id, Runtime: r.Name(), Rootless: rootless, Steps: steps}
 
 	// A fresh workspace is a volume on host storage (Volumes) or a tmpfs

@@ -62,6 +62,7 @@ type sandbox struct {
 
 	mu      sync.Mutex
 	nextID  uint64
+	idBase  uint64 // the id before the first process's (runtime.Spec.FirstProcessID)
 	procs   map[uint64]*process
 	ended   map[uint64]*process // after Adopt: processes that ended while no supervisor was connected
 	nextSeq uint64
@@ -270,6 +271,15 @@ func (sb *sandbox) started(ctx context.Context, p *process) (runtime.Process, er
 func (sb *sandbox) forget(p *process) {
 	sb.mu.Lock()
 	delete(sb.procs, p.id)
+	sb.mu.Unlock()
+}
+
+// SkipProcessIDs makes the next process's id larger than upTo: a
+// supervisor that adopts a sandbox knows ids (from its store) that the
+// agent may not have seen.
+func (sb *sandbox) SkipProcessIDs(upTo uint64) {
+	sb.mu.Lock()
+	sb.nextID = max(sb.nextID, upTo)
 	sb.mu.Unlock()
 }
 
