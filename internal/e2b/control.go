@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"sort"
@@ -425,6 +426,13 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, id string, resu
 		return ctlErr(http.StatusConflict, "sandbox %s is %s", errdefs.Quote(id), sb.State)
 	}
 	if body.Timeout != nil {
+		if *body.Timeout > int64(math.MaxInt64/int64(time.Second)) {
+			// Past what a time.Duration holds (it would wrap to the
+			// past): the daemon says how long a timeout may be.
+			if _, err := s.m.SetTimeout(r.Context(), id, float64(*body.Timeout)); err != nil {
+				return sandboxErr(id, err)
+			}
+		}
 		exp := time.Now().Add(time.Duration(*body.Timeout) * time.Second)
 		if sb.ExpiresAt == nil || exp.After(*sb.ExpiresAt) {
 			if sb, err = s.m.SetTimeout(r.Context(), id, float64(*body.Timeout)); err != nil {

@@ -65,6 +65,9 @@ func parseEventParams(r *http.Request) (eventParams, error) {
 		if err != nil {
 			return ep, badRequest("since=%s: want an RFC 3339 time (2006-01-02T15:04:05Z)", errdefs.Quote(v))
 		}
+		if y := t.Year(); y < 1678 || y > 2261 { // what nanoseconds since 1970 can hold
+			return ep, badRequest("since=%s: want a time between the years 1678 and 2261", errdefs.Quote(v))
+		}
 		ep.since = t
 	}
 	var err error

@@ -104,11 +104,10 @@ func secondsParam(r *http.Request, name string, def, max time.Duration) (time.Du
 	if err != nil || f < 0 || f != f {
 		return 0, badRequest("%s=%s: want a number of seconds, not negative", name, errdefs.Quote(v))
 	}
-	d := time.Duration(f * float64(time.Second))
-	if d > max {
-		d = max
+	if f*float64(time.Second) >= float64(max) { // also where time.Duration would overflow
+		return max, nil
 	}
-	return d, nil
+	return time.Duration(f * float64(time.Second)), nil
 }
 
 // keyView is the API's picture of a key (never its secret).
