@@ -39,6 +39,10 @@ var (
 	ErrNotExecutable   = &refined{"command not executable", ErrInvalid}
 )
 
+// ErrSandboxEnded refines ErrConflict: the sandbox ended while a call to
+// it was on its way (a delete raced it).
+var ErrSandboxEnded = &refined{"sandbox ended", ErrConflict}
+
 // refined is a kind that is also a more general one.
 type refined struct {
 	msg    string

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/runtime"
 )
@@ -231,5 +232,26 @@ func TestUploadDownload(t *testing.T) {
 	}
 	if out, st := run(t, sb, "/bin/sh", "-c", "cat /etc/passwd; ls /etc/cron.d 2>&1"); strings.Contains(out, "owned") || st.Code < 0 {
 		t.Errorf("an upload reached the sandbox's /etc: %q", out)
+	}
+}
+
+// A file operation on a sandbox that has ended is a conflict (the API's
+// 409, as for an exec), not an internal error: what a call racing a delete
+// gets. Control: the same call before the end works.
+func TestFilesAfterEnd(t *testing.T) {
+	needRoot(t)
+	sb := newSandbox(t, &policy.Policy{})
+	fs := sb.(runtime.Files)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := fs.Stat(ctx, "/workspace"); err != nil {
+		t.Fatalf("control: %v", err)
+	}
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := fs.Stat(ctx, "/workspace")
+	if !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("stat after the end: %v, want a conflict", err)
 	}
 }

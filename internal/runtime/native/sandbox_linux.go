@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/agent"
 	"github.com/airlock-dev/airlock/internal/cgroup"
+	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/quota"
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/sysfile"
@@ -89,8 +90,9 @@ func (sb *sandbox) ExecListener() *os.File {
 // InitPid returns the host pid of the sandbox's init (PID 1 inside).
 func (sb *sandbox) InitPid() int { return sb.initPid }
 
-// ErrSandboxGone is returned for processes of a sandbox that ended.
-var ErrSandboxGone = errors.New("sandbox ended")
+// ErrSandboxGone is returned for processes of a sandbox that ended, and
+// for calls to it (errdefs.ErrConflict: the API answers 409).
+var ErrSandboxGone = errdefs.ErrSandboxEnded
 
 func (sb *sandbox) readLoop() {
 	defer close(sb.done)
@@ -658,6 +660,11 @@ func (sb *sandbox) call(ctx context.Context, build func(seq uint64) *agent.Messa
 	}
 	if err := sb.conn.Send(build(seq), fds...); err != nil {
 		forget()
+		select {
+		case <-sb.done: // the channel is closed because the sandbox ended
+			return nil, ErrSandboxGone
+		default:
+		}
 		return nil, err
 	}
 	select {
