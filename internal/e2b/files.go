@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"path"
 	"strconv"
@@ -163,7 +164,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		}
 		p := q
 		if p == "" {
-			p = part.FileName()
+			p = partFileName(part)
 		}
 		e, err := write(p, part)
 		part.Close()
@@ -178,4 +179,15 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// partFileName is a multipart part's filename as the client sent it: the
+// SDK names each file of a multi-file write by its path in the sandbox
+// (part.FileName keeps only the last element).
+func partFileName(part *multipart.Part) string {
+	_, params, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
 }

@@ -119,6 +119,15 @@ check(!(await sbx.files.exists('dir1/hello.txt')), 'old name gone')
 const info = await sbx.files.getInfo('dir1/renamed.txt')
 check(info.size === 10 && info.type === 'file' && info.name === 'renamed.txt', 'getInfo ' + JSON.stringify(info))
 check((await sbx.files.getInfo('newdir')).type === 'dir', 'getInfo dir')
+// Several files in one write: each lands at its own path (the SDK names
+// each part by it), not every one in /workspace under its last element.
+const many = await sbx.files.write([
+  { path: 'multi/a.txt', data: 'A' },
+  { path: '/tmp/multi/b.txt', data: 'B' },
+])
+check(many.length === 2 && many[0].path === '/workspace/multi/a.txt' && many[1].path === '/tmp/multi/b.txt', 'multi-file write: ' + JSON.stringify(many))
+check((await sbx.files.read('multi/a.txt')) === 'A' && (await sbx.files.read('/tmp/multi/b.txt')) === 'B', 'multi-file write read back')
+check(!(await sbx.files.exists('/workspace/a.txt')) && !(await sbx.files.exists('/workspace/b.txt')), 'multi-file write: nothing under the last element alone')
 await sbx.files.write('todelete.txt', 'x')
 await sbx.files.remove('todelete.txt')
 check(!(await sbx.files.exists('todelete.txt')), 'removed')
