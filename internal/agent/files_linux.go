@@ -324,8 +324,11 @@ func errKind(err error) string {
 		return KindExists
 	case errors.Is(err, fs.ErrPermission), errors.Is(err, unix.EROFS), errors.Is(err, unix.EPERM):
 		return KindPermission
-	case errors.Is(err, unix.EISDIR), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENAMETOOLONG), errors.Is(err, unix.ELOOP):
+	case errors.Is(err, unix.EISDIR), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENAMETOOLONG), errors.Is(err, unix.ELOOP),
+		errors.Is(err, unix.EXDEV), errors.Is(err, unix.EBUSY): // a rename across mounts, of a mount point
 		return KindInvalid
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT): // the sandbox's disk is full
+		return KindTooLarge
 	case strings.Contains(err.Error(), "path escapes from parent"):
 		return KindInvalid // os.Root refusing a name that leaves the directory
 	}
