@@ -280,7 +280,9 @@ func TestParseErrors(t *testing.T) {
 		// numbers and durations
 		{"resources:\n  pids: -1", `agent.yaml:2: resources.pids: invalid number of processes "-1"`},
 		{"resources:\n  pids: 1.5", `agent.yaml:2: resources.pids: invalid number of processes "1.5"`},
-		{"resources:\n  pids: 99999999", "agent.yaml:2: resources.pids: 99999999 is larger than the kernel's limit of 4194304"},
+		{"resources:\n  pids: 99999999", "agent.yaml:2: resources.pids: 99999999 is larger than the limit of 4193280 (the kernel's, less what the runtime adds for its own tasks)"},
+		{"resources:\n  pids: 4194273", "agent.yaml:2: resources.pids: 4194273 is larger than the limit of 4193280 (the kernel's, less what the runtime adds for its own tasks)"},
+		{"resources:\n  memory: 1MiB", "agent.yaml:2: resources.memory: 1048576 bytes is below the minimum of 4MiB (the sandbox's init needs some of it)"},
 		{"resources:\n  nofile: -5", `agent.yaml:2: resources.nofile: invalid number of open files "-5"`},
 		{"resources:\n  nofile: 99999999999", "agent.yaml:2: resources.nofile: 99999999999 is larger than 1073741824"},
 		{"resources:\n  nofile: 4", "agent.yaml:2: resources.nofile: 4 is below the minimum of 64 (the sandbox's init needs descriptors of its own; a command can lower its own limit with ulimit -n)"},

@@ -201,10 +201,11 @@ const (
 
 // Limits enforced by ParseSize and Validate.
 const (
-	MaxSize   int64   = 1 << 50 // 1PiB; anything larger is a mistake
-	MinSize   int64   = 1 << 20 // smallest memory, disk, tmp and shm accepted
-	MaxPids   int64   = 1 << 22 // PID_MAX_LIMIT
-	MinCPU    float64 = 0.01    // smallest cpu.max quota the kernel accepts
+	MaxSize   int64   = 1 << 50      // 1PiB; anything larger is a mistake
+	MinSize   int64   = 1 << 20      // smallest memory, disk, tmp and shm accepted
+	MaxPids   int64   = 1<<22 - 1024 // PID_MAX_LIMIT, less room for the runtime's own tasks (the agent's threads, gVisor's Sentry) added to the cgroup's limit
+	MinMemory int64   = 4 << 20      // below it a native sandbox's init cannot start
+	MinCPU    float64 = 0.01         // smallest cpu.max quota the kernel accepts
 	MaxCPU    float64 = 65536
 	MaxNoFile uint64  = 1 << 30
 	// MinNoFile: the sandbox's init and runtime need descriptors of

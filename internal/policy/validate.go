@@ -235,11 +235,14 @@ func (p *Policy) validateResources() error {
 			return p.errAt(s.key, "%d bytes is below the minimum of 1MiB (sizes without a unit are bytes: did you mean %dMiB?)", s.v, s.v)
 		}
 	}
+	if r.Memory >= MinSize && r.Memory < MinMemory {
+		return p.errAt("resources.memory", "%d bytes is below the minimum of %dMiB (the sandbox's init needs some of it)", r.Memory, MinMemory>>20)
+	}
 	switch {
 	case r.Pids < 0:
 		return p.errAt("resources.pids", "%d must not be negative", r.Pids)
 	case r.Pids > MaxPids:
-		return p.errAt("resources.pids", "%d is larger than the kernel's limit of %d", r.Pids, MaxPids)
+		return p.errAt("resources.pids", "%d is larger than the limit of %d (the kernel's, less what the runtime adds for its own tasks)", r.Pids, MaxPids)
 	}
 	switch {
 	case math.IsNaN(r.CPU) || math.IsInf(r.CPU, 0) || r.CPU < 0:

@@ -147,8 +147,8 @@ func TestBackends(t *testing.T) {
 
 // TestGVisorBadInput: a missing runsc, a policy the backend cannot honour
 // (cgroups without root), an unknown runtime and a missing --ro path are
-// refused with one line and exit 125, a memory limit too small for the
-// Sentry to start says so, and none leaves runsc state behind (not even
+// refused with one line and exit 125, and so is a memory limit too small
+// for the Sentry to start; none leaves runsc state behind (not even
 // runsc's lock file); the same run with runsc installed succeeds.
 func TestGVisorBadInput(t *testing.T) {
 	needRoot(t)
@@ -176,8 +176,8 @@ func TestGVisorBadInput(t *testing.T) {
 		t.Errorf("missing --ro path: want exit 125 and one line naming it\n%s", r)
 	}
 	r = run(t, opts{}, []string{"--runtime", "gvisor", "--memory", "8MiB"}, "true")
-	if r.code == 0 || !strings.Contains(r.stderr, "ran out of memory before the command started") {
-		t.Errorf("--memory 8MiB: want a failure saying the sandbox ran out of memory while starting\n%s", r)
+	if r.code != 125 || !strings.Contains(r.stderr, "below the 32MiB the gvisor runtime needs") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Errorf("--memory 8MiB: want exit 125 and one line with the backend's minimum\n%s", r)
 	}
 	if after := entries(state); after != before {
 		t.Errorf("failed creations left state behind in %s: before %q, after %q", state, before, after)

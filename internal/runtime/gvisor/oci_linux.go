@@ -44,8 +44,14 @@ func unsupported(spec *runtime.Spec) error {
 	if os.Geteuid() != 0 && !spec.Insecure.NoCgroups {
 		return fmt.Errorf("cgroups without root: %w; run as root or pass --insecure-no-cgroups", ErrUnsupported)
 	}
+	if m := spec.Limits.Memory; m > 0 && m < MinMemory {
+		return fmt.Errorf("memory %dMiB: below the %dMiB the gvisor runtime needs (the limit covers its Sentry and Gofer too; they do not start below about 24MiB): %w", m>>20, MinMemory>>20, ErrUnsupported)
+	}
 	return nil
 }
+
+// MinMemory is the smallest memory limit a gvisor sandbox is made with.
+const MinMemory = 32 << 20
 
 // bundle holds what ociSpec decided besides the spec itself.
 type bundle struct {

@@ -192,3 +192,17 @@ func TestOCISpecMissingSource(t *testing.T) {
 		t.Errorf("%d mounts of %s, want 2: %+v", n, there, b.spec.Mounts)
 	}
 }
+
+// A memory limit the Sentry cannot start under is refused at once, with
+// the backend's minimum; the minimum itself is accepted.
+func TestUnsupportedMemory(t *testing.T) {
+	spec := &runtime.Spec{Seccomp: runtime.Program{{Code: 6}}, Insecure: runtime.Insecure{NoCgroups: true}}
+	spec.Limits.Memory = 16 << 20
+	if err := unsupported(spec); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "32MiB") {
+		t.Errorf("16MiB: %v", err)
+	}
+	spec.Limits.Memory = MinMemory
+	if err := unsupported(spec); err != nil {
+		t.Errorf("control, %dMiB: %v", MinMemory>>20, err)
+	}
+}
