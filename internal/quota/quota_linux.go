@@ -262,13 +262,15 @@ func (vs *Volumes) allocate(v *Volume, checkReserve bool, length int64) (*os.Fil
 		if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 			return nil, fmt.Errorf("volume directory lock: %w", err)
 		}
-		free, promised, n, err := vs.Space()
+		free, promised, _, err := vs.Space()
 		if err != nil {
 			return nil, err
 		}
 		if free-promised-v.Size < vs.reserve {
-			return nil, fmt.Errorf("a %s volume does not fit in %s: %s free, %s promised to %d live volumes, %s kept in reserve (lower the sandbox's disk size, remove sandboxes, or free space there): %w",
-				Human(v.Size), vs.dir, Human(free), Human(promised), n, Human(vs.reserve), errdefs.ErrExhausted)
+			// Said to API callers, tenants included: no host path, no
+			// count of other sandboxes' volumes.
+			return nil, fmt.Errorf("a %s disk does not fit on the daemon's volume store: %s free, %s promised to live sandboxes, %s kept in reserve (lower the sandbox's disk size, or remove sandboxes): %w",
+				Human(v.Size), Human(free), Human(promised), Human(vs.reserve), errdefs.ErrExhausted)
 		}
 	}
 	img, err := os.OpenFile(v.Image, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)

@@ -105,6 +105,10 @@ func TestDiskReserve(t *testing.T) {
 	if !strings.Contains(err.Error(), "kept in reserve") {
 		t.Errorf("refusal does not say why: %v", err)
 	}
+	// Any caller (tenants too) reads it: no host path in it.
+	if strings.Contains(err.Error(), full.dir) || strings.Contains(err.Error(), "/volumes") {
+		t.Errorf("refusal names a host path: %v", err)
+	}
 	list, err := full.c.AllSandboxes(ctxT(t), client.ListOptions{})
 	if err != nil || len(list) != 0 || len(full.stateEntries()) != 0 {
 		t.Errorf("a refused sandbox was left behind: %v %v %v", list, err, full.stateEntries())
