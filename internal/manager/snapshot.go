@@ -211,11 +211,20 @@ func frozen(ctx context.Context, rt runtime.Sandbox, paused bool, fn func() erro
 	if !ok || len(rt.Info().CgroupPaths) == 0 {
 		return fmt.Errorf("the sandbox cannot be frozen (it has no cgroup: the daemon runs with cgroups off), so no consistent copy of its workspace can be made: %w", errdefs.ErrNotSupported)
 	}
+	// A cgroup that is gone is a sandbox that ended meanwhile (a delete
+	// raced the copy): a conflict, said without the host's cgroup path.
+	ended := func(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 	if err := pr.Pause(ctx); err != nil {
+		if ended(err) {
+			return conflict("the sandbox ended while it was being frozen for the copy")
+		}
 		return fmt.Errorf("freeze: %w", err)
 	}
 	err := fn()
 	if rerr := pr.Resume(context.WithoutCancel(ctx)); rerr != nil {
+		if ended(rerr) {
+			return conflict("the sandbox ended during the copy")
+		}
 		err = errors.Join(err, fmt.Errorf("thaw: %w", rerr))
 	}
 	return err

@@ -602,3 +602,31 @@ func TestSnapshotDiffCap(t *testing.T) {
 		t.Errorf("12 files of ~2 MB of diff each: %d changes, truncated %v, %d diff bytes, %d without", len(ch.Changes), ch.DiffsTruncated, total, without)
 	}
 }
+
+// A snapshot that a delete races gets a conflict or not found, never a
+// 500 naming the host's cgroup path (the freezer's files vanish under the
+// copy). The race is not forced: several rounds, each one's snapshot and
+// delete sent together; any round where they cross must answer 4xx.
+// Control: a snapshot alone succeeds.
+func TestSnapshotRacingDelete(t *testing.T) {
+	d := snapDaemon(t, "")
+	ctx := ctxT(t)
+	if _, err := d.c.CreateSnapshot(ctx, d.create(t, nil).ID, &api.CreateSnapshotRequest{}); err != nil {
+		t.Fatalf("control: %v", err)
+	}
+	for i := 0; i < 6; i++ {
+		sb := d.create(t, nil)
+		d.sh(t, sb.ID, "head -c 4M /dev/urandom > /workspace/blob")
+		errc := make(chan error, 1)
+		go func() {
+			_, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{})
+			errc <- err
+		}()
+		d.c.DeleteSandbox(ctx, sb.ID)
+		err := <-errc
+		var ae *client.Error
+		if err != nil && (!errors.As(err, &ae) || ae.Status >= 500 || strings.Contains(err.Error(), "/sys/fs/cgroup")) {
+			t.Errorf("round %d: snapshot racing a delete: %v", i, err)
+		}
+	}
+}
