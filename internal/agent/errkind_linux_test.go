@@ -3,6 +3,9 @@ package agent
 import (
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -26,5 +29,25 @@ func TestErrKindOfCallersErrors(t *testing.T) {
 		if got := errKind(err); got != want {
 			t.Errorf("%v: %s, want %s", err, got, want)
 		}
+	}
+}
+
+// Writing over a directory is an invalid request that leaves the
+// directory as it was (it was a 403 from a temporary file made in / for
+// /workspace, or a 409); writing a file in it works (the control).
+func TestWriteOverDirectory(t *testing.T) {
+	dir := t.TempDir()
+	err := writeAtomic(dir, 0o644, strings.NewReader("x"))
+	if errKind(err) != KindInvalid || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("write over a directory: %v (kind %s)", err, errKind(err))
+	}
+	if fi, serr := os.Stat(dir); serr != nil || !fi.IsDir() {
+		t.Errorf("the directory after the refusal: %v %v", fi, serr)
+	}
+	if ents, _ := os.ReadDir(filepath.Dir(dir)); len(ents) != 1 {
+		t.Errorf("something was left beside it: %v", ents)
+	}
+	if err := writeAtomic(filepath.Join(dir, "f"), 0o644, strings.NewReader("x")); err != nil {
+		t.Errorf("control: %v", err)
 	}
 }

@@ -228,6 +228,11 @@ func (s *Server) file(req *FileRequest, files []*os.File) {
 // writeAtomic writes src to a temporary file next to path and renames it
 // over path, so a reader never sees a half-written file.
 func writeAtomic(path string, mode os.FileMode, src io.Reader) error {
+	// A directory cannot be written over (the rename would fail after the
+	// whole upload, or the temporary file land beside it, even in /).
+	if fi, err := os.Lstat(path); err == nil && fi.IsDir() {
+		return invalidf("%s is a directory: name a file in it", path)
+	}
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, ".airlock-write-*")
 	if err != nil {
