@@ -144,10 +144,16 @@ func (s *Server) file(req *FileRequest, files []*os.File) {
 		}
 		// The answer goes first; the content follows on the descriptor,
 		// which closes at its end (Stat.Size tells a short read; a file
-		// that grew is cut at the size announced).
+		// that grew is cut at the size announced). A file whose size is 0
+		// may have content all the same (/proc's): it goes to its end,
+		// and the reader stops reading where its limit is.
 		go func(dst *os.File, n int64) {
 			defer dst.Close()
 			defer f.Close()
+			if n == 0 {
+				io.Copy(dst, f)
+				return
+			}
 			io.CopyN(dst, f, n)
 		}(files[0], res.Stat.Size)
 	case FileWrite:

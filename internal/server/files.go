@@ -78,9 +78,18 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("%s: %d bytes, over the limit of %d: raise it with max_size: %w", p, fi.Size, max, errdefs.ErrTooLarge)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set(api.HeaderFileMode, "0"+strconv.FormatUint(uint64(fi.Mode.Perm()), 8))
+	if fi.Size == 0 {
+		// A file whose size says nothing of its content (/proc's, and
+		// truly empty ones): as much as it gives, up to the limit, with
+		// no length announced (the size header keeps the stat's 0).
+		w.Header().Set(api.HeaderFileSize, "0")
+		w.WriteHeader(http.StatusOK)
+		_, err = io.Copy(w, io.LimitReader(rc, max))
+		return err
+	}
 	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size, 10))
 	w.Header().Set(api.HeaderFileSize, strconv.FormatInt(fi.Size, 10))
-	w.Header().Set(api.HeaderFileMode, "0"+strconv.FormatUint(uint64(fi.Mode.Perm()), 8))
 	w.WriteHeader(http.StatusOK)
 	_, err = io.CopyN(w, rc, fi.Size)
 	return err

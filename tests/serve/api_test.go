@@ -359,3 +359,34 @@ func TestAuthTCP(t *testing.T) {
 		t.Fatalf("daemon files visible inside: %q", out)
 	}
 }
+
+// A file whose size says 0 is read to its end (/proc's files have
+// content all the same; they came back empty); a truly empty file is
+// still empty, a regular one still its size (the controls).
+func TestReadFileOfUnknownSize(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	d.sh(t, sb.ID, ": > /workspace/empty; echo abc > /workspace/f")
+	read := func(p string) string {
+		r, _, err := d.c.ReadFile(ctx, sb.ID, p, client.DownloadOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		defer r.Close()
+		b, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		return string(b)
+	}
+	if got := read("/proc/self/status"); !strings.Contains(got, "Name:") {
+		t.Errorf("/proc/self/status: %q", got)
+	}
+	if got := read("/workspace/empty"); got != "" {
+		t.Errorf("an empty file: %q", got)
+	}
+	if got := read("/workspace/f"); got != "abc\n" {
+		t.Errorf("a regular file: %q", got)
+	}
+}
