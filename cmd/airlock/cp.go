@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/agent"
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/policy"
 )
@@ -165,7 +166,7 @@ func cpToSandbox(ctx context.Context, c *client.Client, src string, dst cpArg, s
 	if m := lfi.Mode(); !m.IsRegular() && !m.IsDir() && m&fs.ModeSymlink == 0 {
 		// A tree's FIFOs, sockets and devices are left out; one named
 		// alone would be an upload of nothing that says it worked.
-		return fmt.Errorf("%s is a %s: only regular files, directories and symlinks are copied", src, specialKind(m))
+		return fmt.Errorf("%s is %s: only regular files, directories and symlinks are copied", src, agent.FileKind(m))
 	}
 	abs, err := filepath.Abs(src)
 	if err != nil {
@@ -335,19 +336,4 @@ func renameTar(w io.Writer, r io.Reader, name string) error {
 		}
 	}
 	return tw.Close()
-}
-
-// specialKind names a file type cp does not copy.
-func specialKind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "FIFO"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeCharDevice != 0:
-		return "character device"
-	case m&fs.ModeDevice != 0:
-		return "block device"
-	}
-	return "special file"
 }

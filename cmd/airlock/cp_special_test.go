@@ -25,7 +25,7 @@ func TestCpRefusesSpecialSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := cpArg{remote: true, id: "sb-0000000000000000", path: "/workspace/x"}
-	for src, kind := range map[string]string{fifo: "is a FIFO", "/dev/null": "is a character device"} {
+	for src, kind := range map[string]string{fifo: "is a named pipe (FIFO)", "/dev/null": "is a character device"} {
 		if err := cpToSandbox(context.Background(), c, src, dst, nil); err == nil || !strings.Contains(err.Error(), kind) {
 			t.Errorf("cp %s: %v, want %q", src, err, kind)
 		}

@@ -162,7 +162,7 @@ func walkArchive(src string, opts archiveOptions, fn func(*archEntry) error) err
 // error naming p if it is anything else.
 func fileEntry(p, name string, fi fs.FileInfo) (*archEntry, error) {
 	if !fi.Mode().IsRegular() {
-		return nil, invalidf("%s is %s: only regular files, directories and symbolic links can be downloaded", p, fileKind(fi.Mode()))
+		return nil, invalidf("%s is %s: only regular files, directories and symbolic links can be downloaded", p, FileKind(fi.Mode()))
 	}
 	e := &archEntry{src: p, hdr: &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(fi.Mode().Perm()), Size: fi.Size(), ModTime: fi.ModTime().Truncate(time.Second)}}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 < fi.Size() {
@@ -178,23 +178,6 @@ func fileEntry(p, name string, fi fs.FileInfo) (*archEntry, error) {
 	return e, nil
 }
 
-// fileKind names a file type for an error.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe (FIFO)"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	case m.IsDir():
-		return "a directory"
-	}
-	return "not a regular file"
-}
-
 // openRegular opens p for reading without blocking on a FIFO, and refuses
 // anything but a regular file (p may have changed since it was looked at).
 func openRegular(p string) (*os.File, error) {
@@ -205,7 +188,7 @@ func openRegular(p string) (*os.File, error) {
 	f := os.NewFile(uintptr(fd), p)
 	fi, err := f.Stat()
 	if err == nil && !fi.Mode().IsRegular() {
-		err = invalidf("%s is %s: only regular files, directories and symbolic links can be downloaded", p, fileKind(fi.Mode()))
+		err = invalidf("%s is %s: only regular files, directories and symbolic links can be downloaded", p, FileKind(fi.Mode()))
 	}
 	if err != nil {
 		f.Close()
