@@ -96,6 +96,9 @@ func TestPoolAcquisition(t *testing.T) {
 }
 
 // TestConcurrentCreateExecDestroy: 100 at once all succeed (bursts queue).
+// Their volumes are 64 MiB: the daemon promises each its size, and a dozen
+// of the default 1 GiB at once need more free disk than a test host may
+// have (they were refused with 429 on this one at 13 GiB free).
 func TestConcurrentCreateExecDestroy(t *testing.T) {
 	d := startDaemon(t, "")
 	ctx := ctxT(t)
@@ -106,7 +109,7 @@ func TestConcurrentCreateExecDestroy(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			sb, err := d.c.CreateSandbox(ctx, &api.CreateSandboxRequest{})
+			sb, err := d.c.CreateSandbox(ctx, &api.CreateSandboxRequest{Resources: api.Resources{Disk: "64M"}})
 			if err != nil {
 				errs <- fmt.Errorf("create %d: %w", i, err)
 				return
