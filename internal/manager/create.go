@@ -112,6 +112,11 @@ func (m *Manager) checkCreate(req *api.CreateSandboxRequest) (ttl, idle time.Dur
 	if ttl > m.cfg.MaxLifetime {
 		return 0, 0, invalid("timeout_seconds: %v is past the maximum lifetime of a sandbox (%v)", ttl, m.cfg.MaxLifetime)
 	}
+	if ttl < time.Second {
+		// A sandbox that ends before it can be used is a mistake (a
+		// unit: the field is in seconds).
+		return 0, 0, invalid("timeout_seconds: %v is under a second (the field is in seconds)", req.TimeoutSeconds)
+	}
 	switch {
 	case req.IdleTimeoutSeconds < 0:
 		idle = 0
@@ -120,6 +125,9 @@ func (m *Manager) checkCreate(req *api.CreateSandboxRequest) (ttl, idle time.Dur
 	default:
 		if idle, err = seconds("idle_timeout_seconds", req.IdleTimeoutSeconds, 0); err != nil {
 			return 0, 0, err
+		}
+		if idle < time.Second {
+			return 0, 0, invalid("idle_timeout_seconds: %v is under a second (the field is in seconds; negative: no idle timeout)", req.IdleTimeoutSeconds)
 		}
 	}
 	return ttl, idle, nil

@@ -180,6 +180,8 @@ func TestBadRequests(t *testing.T) {
 		{"POST", "/v1/sandboxes", `{"labelz":{}}`, 400},
 		{"POST", "/v1/sandboxes", `{"timeout_seconds":-1}`, 400},
 		{"POST", "/v1/sandboxes", `{"timeout_seconds":1e12}`, 400},
+		{"POST", "/v1/sandboxes", `{"timeout_seconds":1e-9}`, 400},     // ends before it can be used; 1 s works (TestTTLAndIdle)
+		{"POST", "/v1/sandboxes", `{"idle_timeout_seconds":0.5}`, 400}, // likewise
 		{"POST", "/v1/sandboxes", `{"image":"nope"}`, 400},
 		{"POST", "/v1/sandboxes", `{"policy_name":"nope"}`, 400},
 		{"POST", "/v1/sandboxes", `{"resources":{"memory":"lots"}}`, 400},
