@@ -55,8 +55,12 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	var start api.PTYStart
-	if typ != websocket.MessageText || json.Unmarshal(first, &start) != nil {
+	if typ != websocket.MessageText {
 		return fail("the first message must be a JSON PTYStart text frame", api.CodeInvalid)
+	}
+	if err := json.Unmarshal(first, &start); err != nil {
+		// Say which field (a size past 65535 fails here too).
+		return fail("the first message must be a JSON PTYStart text frame: "+err.Error(), api.CodeInvalid)
 	}
 	pid, master, wait, err := s.m.PTY(ctx, id, &start)
 	if err != nil {

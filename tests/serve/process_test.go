@@ -5,9 +5,11 @@ package serve
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
+	"github.com/coder/websocket"
 )
 
 // counting prints lines 1..n to stdout and odd ones also to stderr, with
@@ -553,5 +556,50 @@ func TestProcessListState(t *testing.T) {
 	}
 	if running, err := d.c.ListProcessesIn(ctx, sb.ID, api.ProcessRunning); err != nil || len(running) != 0 {
 		t.Fatalf("running processes after the kill: %v %v, want none", ids(running), err)
+	}
+}
+
+// TestPTYBadStart: a PTY start frame the daemon cannot decode (here a
+// terminal size past 65535) ends the session with an exit frame saying
+// what was wrong with it, and starts nothing. Control: the same frame with
+// a size in range runs its command.
+func TestPTYBadStart(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", d.sock)
+	}}}
+	session := func(start string) api.PTYExit {
+		t.Helper()
+		c, _, err := websocket.Dial(ctx, "ws://airlock"+api.Version+"/sandboxes/"+sb.ID+"/pty", &websocket.DialOptions{HTTPClient: hc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		if err := c.Write(ctx, websocket.MessageText, []byte(start)); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			typ, b, err := c.Read(ctx)
+			if err != nil {
+				t.Fatalf("session %s ended without an exit frame: %v", start, err)
+			}
+			var ex api.PTYExit
+			if typ == websocket.MessageText && json.Unmarshal(b, &ex) == nil {
+				return ex
+			}
+		}
+	}
+	before, _ := d.c.ListProcesses(ctx, sb.ID)
+	ex := session(`{"argv":["sh","-c","exit 5"],"rows":70000,"cols":80}`)
+	if ex.ErrorCode != api.CodeInvalid || !strings.Contains(ex.Error, "rows") || !strings.Contains(ex.Error, "uint16") {
+		t.Errorf("rows 70000: %+v, want invalid naming the field", ex)
+	}
+	if after, _ := d.c.ListProcesses(ctx, sb.ID); len(after) != len(before) {
+		t.Errorf("a bad start frame started a process: %d -> %d", len(before), len(after))
+	}
+	if ex := session(`{"argv":["sh","-c","exit 5"],"rows":24,"cols":80}`); ex.ExitCode != 5 || ex.Error != "" {
+		t.Errorf("control: %+v, want exit 5", ex)
 	}
 }
