@@ -17,6 +17,7 @@ type createFlags struct {
 	labels, env, caches        []string
 	policyFile, policyName     string
 	image, memory, idleTimeout string
+	disk                       string
 	runtime                    string
 	timeout                    time.Duration
 	cpu                        float64
@@ -48,6 +49,7 @@ expires, or it stays idle for its idle timeout.`,
 	fl.StringVar(&f.idleTimeout, "idle-timeout", "", `stop the sandbox after that long without activity; "none" to never (default: the daemon's)`)
 	fl.StringArrayVar(&f.caches, "cache", nil, "persistent cache of the daemon: go, npm, pip or cargo (at /cache/NAME, with the tool's variables set), or NAME:/path (repeatable)")
 	fl.StringVar(&f.memory, "memory", "", "memory limit (e.g. 512M, 2G)")
+	fl.StringVar(&f.disk, "disk", "", "cap on the workspace and on the writable root layer (e.g. 4G; default: the policy's, else 1GiB)")
 	fl.Float64Var(&f.cpu, "cpu", 0, "CPU cores (e.g. 1.5)")
 	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads")
 	fl.BoolVar(&f.record, "record", false, "keep an activity record of the sandbox, written by the daemon (airlock events ID); needs a daemon running as root")
@@ -62,7 +64,7 @@ func createRequest(f *createFlags) (*api.CreateSandboxRequest, error) {
 		Image:      f.image,
 		Runtime:    f.runtime,
 		PolicyName: f.policyName,
-		Resources:  api.Resources{Memory: f.memory, CPU: f.cpu, Pids: f.pids},
+		Resources:  api.Resources{Memory: f.memory, Disk: f.disk, CPU: f.cpu, Pids: f.pids},
 		Caches:     f.caches,
 		Record:     f.record,
 	}

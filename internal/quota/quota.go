@@ -82,6 +82,10 @@ func (v *Volume) String() string {
 // Human formats a size in bytes with a binary suffix.
 func Human(n int64) string {
 	switch {
+	case n >= 1<<50:
+		return fmt.Sprintf("%.4gPiB", float64(n)/(1<<50))
+	case n >= 1<<40:
+		return fmt.Sprintf("%.4gTiB", float64(n)/(1<<40))
 	case n >= 1<<30:
 		return fmt.Sprintf("%.4gGiB", float64(n)/(1<<30))
 	case n >= 1<<20:

@@ -266,6 +266,13 @@ func (vs *Volumes) allocate(v *Volume, checkReserve bool, length int64) (*os.Fil
 		if err != nil {
 			return nil, err
 		}
+		// A disk larger than the store could ever hold beside the reserve
+		// is the caller's mistake (400), not a full host to wait out (429).
+		// A reserve that leaves no room at all is the operator's: 429 below.
+		if total, err := vs.capacity(); err == nil && total > vs.reserve && v.Size > total-vs.reserve {
+			return nil, fmt.Errorf("a %s disk can never fit on the daemon's volume store: it holds %s in all, %s of it kept in reserve, so a disk may be at most %s: %w",
+				Human(v.Size), Human(total), Human(vs.reserve), Human(total-vs.reserve), errdefs.ErrInvalid)
+		}
 		if free-promised-v.Size < vs.reserve {
 			// Said to API callers, tenants included: no host path, no
 			// count of other sandboxes' volumes.
@@ -286,6 +293,25 @@ func (vs *Volumes) allocate(v *Volume, checkReserve bool, length int64) (*os.Fil
 		return nil, fmt.Errorf("volume image %s: %w", v.Image, err)
 	}
 	return img, nil
+}
+
+// capacity is the size of the directory's filesystem (under a pool, the
+// lesser of the pool's and the data disk's).
+func (vs *Volumes) capacity() (int64, error) {
+	total := int64(-1)
+	for _, dir := range []string{vs.dir, filepath.Dir(vs.pool)} {
+		if dir == "." {
+			continue // no pool
+		}
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			return 0, fmt.Errorf("statfs %s: %w", dir, err)
+		}
+		if n := int64(st.Blocks) * st.Bsize; total < 0 || n < total {
+			total = n
+		}
+	}
+	return total, nil
 }
 
 // Space reports the free space of the directory's filesystem (for an

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -42,6 +43,18 @@ func TestCLI(t *testing.T) {
 	}
 	if out, _, code := run("from stdin", "exec", "-i", id, "--", "cat"); out != "from stdin" || code != 0 {
 		t.Fatalf("exec -i: %q %d", out, code)
+	}
+	// --disk sizes the workspace (a 200 MiB volume against the default 1
+	// GiB); a size that is not one is refused before anything is made.
+	out, errs, code = run("", "create", "--disk", "200M", "--label", "cli=disk")
+	if code != 0 {
+		t.Fatalf("create --disk 200M: %q %d", errs, code)
+	}
+	if out, _, _ := run("", "exec", strings.TrimSpace(out), "--", "sh", "-c", "df -Pk /workspace | awk 'NR==2{print $2}'"); !inRange(out, 150<<10, 200<<10) {
+		t.Errorf("create --disk 200M: workspace of %q KiB", out)
+	}
+	if _, errs, code := run("", "create", "--disk", "lots"); code == 0 || !strings.Contains(errs, `"lots"`) {
+		t.Errorf("create --disk lots: exit %d, %q", code, errs)
 	}
 	// cp a directory in, change it inside, cp it back out.
 	src := t.TempDir()
@@ -95,4 +108,10 @@ func TestCLI(t *testing.T) {
 	if err == nil || strings.Count(strings.TrimSpace(string(b)), "\n") != 0 || !strings.Contains(string(b), "airlock serve") {
 		t.Fatalf("no daemon: %q %v", b, err)
 	}
+}
+
+// inRange reports whether s is a whole number in [lo, hi].
+func inRange(s string, lo, hi int64) bool {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	return err == nil && n >= lo && n <= hi
 }

@@ -91,16 +91,28 @@ func TestDiskQuotaTmpfs(t *testing.T) {
 
 // A sandbox whose disk cap does not fit beside the reserve (disk_reserve)
 // is refused with 429 and a message saying why; the default reserve lets
-// the same request through (the control).
+// the same request through (the control). A disk the data disk could never
+// hold is a 400.
 func TestDiskReserve(t *testing.T) {
 	d := startDaemon(t, "")
 	if strings.Contains(d.Logs(), "workspaces are tmpfs") {
 		t.Skip("this host cannot make loop volumes (see the daemon's warning); workspaces are tmpfs")
 	}
 	d.create(t, &api.CreateSandboxRequest{Resources: api.Resources{Disk: "64M"}})
+	// A disk larger than the data disk could ever hold is the caller's
+	// mistake: a 400 saying so, not a 429 to retry; nothing is left.
+	before := d.stateEntries()
+	_, err := d.c.CreateSandbox(ctxT(t), &api.CreateSandboxRequest{Resources: api.Resources{Disk: "1P"}})
+	wantCode(t, "create with a disk larger than the data disk", err, 400)
+	if err == nil || !strings.Contains(err.Error(), "can never fit") || strings.Contains(err.Error(), d.dir) {
+		t.Errorf("refusal of a 1P disk: %v", err)
+	}
+	if after := d.stateEntries(); len(after) != len(before) {
+		t.Errorf("a refused sandbox was left behind: %v -> %v", before, after)
+	}
 
 	full := startDaemon(t, "disk_reserve: 1P")
-	_, err := full.c.CreateSandbox(ctxT(t), &api.CreateSandboxRequest{Resources: api.Resources{Disk: "64M"}})
+	_, err = full.c.CreateSandbox(ctxT(t), &api.CreateSandboxRequest{Resources: api.Resources{Disk: "64M"}})
 	wantCode(t, "create with the data disk's space all in reserve", err, 429)
 	if !strings.Contains(err.Error(), "kept in reserve") {
 		t.Errorf("refusal does not say why: %v", err)
