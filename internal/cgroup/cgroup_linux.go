@@ -66,7 +66,7 @@ func New(parent, name string, l Limits) (*Cgroup, error) {
 		return nil, err
 	}
 	if parent != "" && strings.Contains("/"+parent+"/", "/../") {
-		return nil, fmt.Errorf("cgroup: invalid parent %q: must not contain ..", parent)
+		return nil, fmt.Errorf("cgroup: invalid parent %q: %w", parent, ErrBadParent)
 	}
 	lo, err := readLayout()
 	if err != nil {
@@ -495,6 +495,10 @@ func (c *Cgroup) EnterThread() (leave func() error, err error) {
 // thread back either: the caller must end the thread as for a failed leave.
 var ErrThreadStuck = errors.New("the thread is left in the cgroup")
 
+// ErrBadParent is a cgroup parent that would leave the cgroup tree. Its
+// message says the fix.
+var ErrBadParent = errors.New("a cgroup parent (--cgroup-parent, cgroup_parent) is a path inside the cgroup tree and must not contain ..")
+
 // threadPath finds the cgroup path of the v1 hierarchy holding controller
 // in the text of /proc/<pid>/cgroup ("id:controllers:path" lines).
 func threadPath(text, controller string) (string, bool) {
@@ -909,7 +913,7 @@ func CheckParent(parent string) error {
 // returns how many sandbox cgroups it removed.
 func Sweep(parent string) (int, error) {
 	if parent != "" && strings.Contains("/"+parent+"/", "/../") {
-		return 0, fmt.Errorf("cgroup: invalid parent %q: must not contain ..", parent)
+		return 0, fmt.Errorf("cgroup: invalid parent %q: %w", parent, ErrBadParent)
 	}
 	lo, err := readLayout()
 	if err != nil {

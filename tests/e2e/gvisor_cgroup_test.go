@@ -204,3 +204,31 @@ func TestGVisorCgroupFailClosed(t *testing.T) {
 		t.Errorf("cgroups left under the parent after the run: %q", left)
 	}
 }
+
+// TestCgroupParentOutsideTree: a cgroup parent with ".." is refused on
+// every backend before anything starts (exit 125, one line saying what a
+// parent must be, not the generic "run as root" hint); control: a parent
+// inside the tree runs the command.
+func TestCgroupParentOutsideTree(t *testing.T) {
+	needRoot(t)
+	runtimes := []string{"native"}
+	if backends()[gvisor.Name] == "" {
+		runtimes = append(runtimes, gvisor.Name)
+	}
+	parent, dirs := cgroupParent(t)
+	for _, rt := range runtimes {
+		for _, bad := range []string{"../../etc", parent + "/../../tmp"} {
+			r := run(t, opts{}, []string{"--runtime", rt, "--cgroup-parent", bad}, "/bin/echo", "ran")
+			if r.code != 125 || strings.Contains(r.stdout, "ran") || !strings.Contains(r.stderr, "must not contain ..") ||
+				strings.Contains(r.stderr, "run as root") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+				t.Errorf("%s --cgroup-parent %s: want exit 125 and one line saying why\n%s", rt, bad, r)
+			}
+		}
+		if r := run(t, opts{}, []string{"--runtime", rt, "--cgroup-parent", parent}, "/bin/echo", "ran"); r.code != 0 || r.stdout != "ran\n" {
+			t.Errorf("%s control --cgroup-parent %s:\n%s", rt, parent, r)
+		}
+	}
+	if left := leftUnder(dirs); len(left) > 0 {
+		t.Errorf("cgroups left under the parent: %q", left)
+	}
+}

@@ -59,8 +59,11 @@ func cgroupLimits(spec *runtime.Spec) cgroup.Limits {
 func newCgroup(dir, id string, spec *runtime.Spec) (*cgroup.Cgroup, error) {
 	cg, err := cgroup.New(spec.CgroupParent, cgroup.Prefix+"/"+id, cgroupLimits(spec))
 	if err != nil {
-		return nil, &native.LayerError{Layer: cgroupLayer, Err: err,
-			Fix: "run as root with a writable cgroup filesystem, check --cgroup-parent, or pass --insecure-no-cgroups to run without resource limits"}
+		fix := "run as root with a writable cgroup filesystem, check --cgroup-parent, or pass --insecure-no-cgroups to run without resource limits"
+		if errors.Is(err, cgroup.ErrBadParent) {
+			fix = "" // the error says it
+		}
+		return nil, &native.LayerError{Layer: cgroupLayer, Err: err, Fix: fix}
 	}
 	raw, _ := json.Marshal(cg.Paths())
 	if err := os.WriteFile(filepath.Join(dir, cgroupFileName), raw, 0o600); err != nil {

@@ -337,7 +337,11 @@ func (r *Runtime) create(ctx context.Context, spec *runtime.Spec, first *runtime
 			CPUAccounting: spec.RecordExec, // the record's usage samples
 		})
 		if err != nil {
-			return &LayerError{Layer: layerCgroups, Err: err, Fix: "run as root, delegate a cgroup to this user (--cgroup-parent), or pass --insecure-no-cgroups to run without resource limits"}
+			fix := "run as root, delegate a cgroup to this user (--cgroup-parent), or pass --insecure-no-cgroups to run without resource limits"
+			if errors.Is(err, cgroup.ErrBadParent) {
+				fix = "" // the error says it
+			}
+			return &LayerError{Layer: layerCgroups, Err: err, Fix: fix}
 		}
 		sb.cg = cg
 		sb.info.CgroupPaths = cg.Paths()
