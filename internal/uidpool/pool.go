@@ -70,7 +70,8 @@ func ParseRange(s string) (Range, error) {
 func (r Range) check() error {
 	switch {
 	case r.Size < SlotSize:
-		return fmt.Errorf("uid pool %s: size %d is below one sandbox's %d ids", r, r.Size, SlotSize)
+		// Named by START:SIZE: an empty range has no last id to print.
+		return fmt.Errorf("uid pool %d:%d: size %d is below one sandbox's %d ids", r.Start, r.Size, r.Size, SlotSize)
 	case r.Start < SlotSize:
 		return fmt.Errorf("uid pool %s: must start at or above %d (ids below are the host's own users and nobody)", r, SlotSize)
 	case r.End() > maxID:

@@ -33,6 +33,7 @@ func TestParseRange(t *testing.T) {
 		{in: "200000", err: "START:SIZE"},
 		{in: "a:b", err: "START:SIZE"},
 		{in: "200000:1000", err: "below one sandbox"},
+		{in: "0:0", err: "uid pool 0:0: size 0 is below one sandbox"},
 		{in: "1000:65536", err: "must start at or above 65536"},
 		{in: "0:131072", err: "must start at or above"},
 		{in: "4294901760:65536", err: "past the last valid id"},
