@@ -139,8 +139,27 @@ func (p *Policy) checkPath(key, s, relative string) error {
 		return p.errAt(key, "path %q contains a NUL byte", s)
 	case !filepath.IsAbs(s):
 		return p.errAt(key, "relative path %q: %s", s, relative)
+	case len(s) >= pathMax:
+		return p.errAt(key, "path %q is %d bytes long; Linux paths are shorter than %d", shorten(s), len(s), pathMax)
+	}
+	for _, name := range strings.Split(s, "/") {
+		if len(name) > nameMax {
+			// No such file can exist: a rule for it would do nothing.
+			return p.errAt(key, "path %q has a name of %d bytes; Linux allows at most %d", shorten(s), len(name), nameMax)
+		}
 	}
 	return nil
+}
+
+// Linux's limits on a path and on one name in it (PATH_MAX, NAME_MAX).
+const pathMax, nameMax = 4096, 255
+
+// shorten cuts s for an error message.
+func shorten(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
 }
 
 // reservedTargets are mount points owned by the runtime.

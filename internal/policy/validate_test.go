@@ -33,6 +33,17 @@ func TestValidateUnparsed(t *testing.T) {
 		{Policy{Filesystem: Filesystem{Binds: []Bind{{Source: "a", Target: "/b"}}}}, `filesystem.binds[0].source: relative path "a"`},
 		{Policy{Filesystem: Filesystem{Binds: []Bind{{Source: "/a", Target: "/b"}, {Source: "/c", Target: "/b/"}}}}, `filesystem.binds[1].target: "/b" is already mounted by filesystem.binds[0].target`},
 		{Policy{Filesystem: Filesystem{Deny: []string{""}}}, "filesystem.deny[0]: empty path"},
+		{Policy{Filesystem: Filesystem{Deny: []string{"/workspace/" + strings.Repeat("n", 256)}}}, `filesystem.deny[0]: path "/workspace/nnn`},
+		{Policy{Filesystem: Filesystem{ReadOnly: []string{"/x/" + strings.Repeat("n/", 2100)}}}, `filesystem.read_only[0]: path "/x/n/n`},
+	}
+	// Controls: a name of 255 bytes, a path of 4095.
+	for _, ok := range []Policy{
+		{Filesystem: Filesystem{Deny: []string{"/workspace/" + strings.Repeat("n", 255)}}},
+		{Filesystem: Filesystem{Deny: []string{"/x" + strings.Repeat("/n", 2046) + "n"}}},
+	} {
+		if err := ok.Validate(); err != nil {
+			t.Errorf("Validate: %v", err)
+		}
 	}
 	for _, tt := range tests {
 		err := tt.p.Validate()
