@@ -331,7 +331,9 @@ func errKind(err error) string {
 		return KindTooLarge
 	case errors.Is(err, fs.ErrNotExist):
 		return KindNotFound
-	case errors.Is(err, fs.ErrExist), errors.Is(err, unix.ENOTEMPTY):
+	case errors.Is(err, unix.ENOTEMPTY): // before ErrExist, which matches it too
+		return KindNotEmpty
+	case errors.Is(err, fs.ErrExist):
 		return KindExists
 	case errors.Is(err, fs.ErrPermission), errors.Is(err, unix.EROFS), errors.Is(err, unix.EPERM):
 		return KindPermission

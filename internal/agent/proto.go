@@ -74,6 +74,7 @@ const (
 const (
 	KindNotFound   = "not_found"
 	KindExists     = "exists"
+	KindNotEmpty   = "not_empty" // a directory with entries, where an empty one is needed
 	KindInvalid    = "invalid"
 	KindPermission = "permission"
 	KindTooLarge   = "too_large"

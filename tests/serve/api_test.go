@@ -6,6 +6,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -54,6 +55,10 @@ func TestFiles(t *testing.T) {
 	}
 	err = d.c.Remove(ctx, sb.ID, "x", false)
 	wantCode(t, "remove a non-empty dir without recursive", err, http.StatusConflict)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Code != api.CodeConflict || !strings.Contains(ce.Message, "not empty") {
+		t.Errorf("remove a non-empty dir: %v, want %s saying the directory is not empty", err, api.CodeConflict)
+	}
 	if err := d.c.Remove(ctx, sb.ID, "x", true); err != nil {
 		t.Fatal(err)
 	}

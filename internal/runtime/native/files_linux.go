@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/internal/agent"
+	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/runtime"
 )
 
@@ -46,6 +47,8 @@ func kindError(res *agent.FileResult) error {
 		kind = runtime.ErrNotFound
 	case agent.KindExists:
 		kind = runtime.ErrExists
+	case agent.KindNotEmpty:
+		kind = errdefs.ErrConflict // the state of the directory, not a name taken
 	case agent.KindInvalid:
 		kind = runtime.ErrInvalid
 	case agent.KindPermission:
