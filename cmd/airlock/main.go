@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -60,6 +61,18 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "run" {
 		catchRunSignals() // meanwhile (see there)
 	}
+	if err := newRootCmd().Execute(); err != nil {
+		var ee exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
+		fmt.Fprintf(os.Stderr, "airlock: %s\n", errdefs.Clip(err.Error()))
+		os.Exit(2)
+	}
+}
+
+// newRootCmd is the airlock command with all its subcommands.
+func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "airlock",
 		Short:         "Run untrusted code in a sandbox",
@@ -71,12 +84,30 @@ func main() {
 	root.AddCommand(newSnapshotCmd(), newSnapshotsCmd(), newForkCmd(), newRestoreCmd(), newDiffCmd())
 	root.AddCommand(newPolicyCmd())
 	root.AddCommand(daemonCommands()...)
-	if err := root.Execute(); err != nil {
-		var ee exitError
-		if errors.As(err, &ee) {
-			os.Exit(ee.code)
+	strictHelp(root)
+	return root
+}
+
+// strictHelp makes cobra's own commands refuse what they do not know:
+// `airlock help TOPIC` and `airlock completion SHELL` printed help and
+// exited 0 for an unknown topic or shell.
+func strictHelp(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			c.Run = nil
+			c.RunE = func(_ *cobra.Command, args []string) error {
+				cmd, rest, err := root.Find(args)
+				if err != nil || len(rest) > 0 || len(args) > 0 && cmd == root {
+					return fmt.Errorf("unknown help topic %q (airlock --help lists the commands)", strings.Join(args, " "))
+				}
+				return cmd.Help()
+			}
+		case "completion":
+			// Runnable, so that its NoArgs refuses an unknown shell.
+			c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 		}
-		fmt.Fprintf(os.Stderr, "airlock: %s\n", errdefs.Clip(err.Error()))
-		os.Exit(2)
 	}
 }

@@ -54,3 +54,29 @@ func TestUnknownSubcommand(t *testing.T) {
 		}
 	}
 }
+
+// help and completion refuse an unknown topic or shell (cobra's printed
+// help and exited 0); known ones still print it (the controls).
+func TestHelpTopics(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		bad  string
+	}{
+		{[]string{"help", "bogus"}, `unknown help topic "bogus"`},
+		{[]string{"help", "keys", "bogus"}, `unknown help topic "keys bogus"`},
+		{[]string{"completion", "bogus"}, `unknown command "bogus"`},
+		{[]string{"help"}, ""},
+		{[]string{"help", "keys", "create"}, ""},
+		{[]string{"completion"}, ""},
+		{[]string{"completion", "bash"}, ""},
+	} {
+		root := newRootCmd()
+		root.SetArgs(c.args)
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		err := root.Execute()
+		if c.bad == "" && err != nil || c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad)) {
+			t.Errorf("airlock %v: %v, want %q", c.args, err, c.bad)
+		}
+	}
+}
