@@ -392,6 +392,9 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 	if err != nil {
 		return fail(exitSetup, "%v", err)
 	}
+	if err := checkWritableSources(p); err != nil {
+		return fail(exitSetup, "%v", err)
+	}
 	pool, err := uidPool(f.uidPool)
 	if err != nil {
 		return fail(exitSetup, "%v", err)
@@ -853,4 +856,28 @@ func report(w io.Writer, info runtime.Info, insecure runtime.Insecure, created t
 		parts = append(parts, fmt.Sprintf("%s=%.2fms", k, float64(info.Steps[k])/1e6))
 	}
 	fmt.Fprintf(w, "airlock: created in %.2fms: %s\n", float64(created)/1e6, strings.Join(parts, " "))
+}
+
+// checkWritableSources refuses host directories the sandbox would write
+// (the workspace in every mode: an overlay's changes are applied to it;
+// writable paths and binds) on the host kernel's own filesystems.
+func checkWritableSources(p *policy.Policy) error {
+	if p.Workspace != "" {
+		if err := runtime.CheckWritableSource("workspace", p.Workspace); err != nil {
+			return err
+		}
+	}
+	for _, w := range p.Filesystem.Writable {
+		if err := runtime.CheckWritableSource("writable path", w); err != nil {
+			return err
+		}
+	}
+	for _, b := range p.Filesystem.Binds {
+		if b.Writable {
+			if err := runtime.CheckWritableSource("writable bind source", b.Source); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

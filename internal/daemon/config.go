@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/manager"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/quota"
+	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/uidpool"
 )
@@ -346,6 +347,18 @@ func (c *Config) manager() (manager.Config, int64, error) {
 		}
 		if p.Resources.Timeout != 0 {
 			return mc, 0, fmt.Errorf("config: policies.%s: resources.timeout does not apply to the daemon's sandboxes (they have a TTL)", name)
+		}
+		for i, w := range p.Filesystem.Writable {
+			if err := runtime.CheckWritableSource(fmt.Sprintf("filesystem.writable[%d]", i), w); err != nil {
+				return mc, 0, fmt.Errorf("config: policies.%s: %v", name, err)
+			}
+		}
+		for i, b := range p.Filesystem.Binds {
+			if b.Writable {
+				if err := runtime.CheckWritableSource(fmt.Sprintf("filesystem.binds[%d].source", i), b.Source); err != nil {
+					return mc, 0, fmt.Errorf("config: policies.%s: %v", name, err)
+				}
+			}
 		}
 		if len(p.Environment.Pass) > 0 {
 			return mc, 0, fmt.Errorf("config: policies.%s: environment.pass would copy the daemon's environment into sandboxes; use environment.set", name)

@@ -33,3 +33,33 @@ func TestLoadFileErrors(t *testing.T) {
 		t.Errorf("control: %+v %v", c, err)
 	}
 }
+
+// A policy of the configuration that binds a directory of the host
+// kernel's own filesystems writable is refused, naming the policy and the
+// bind; read-only, and writable on an ordinary directory, it loads (the
+// controls).
+func TestConfigWritableKernelFS(t *testing.T) {
+	if _, err := os.Stat("/sys/kernel/mm"); err != nil {
+		t.Skip("no /sys/kernel/mm here")
+	}
+	dir := t.TempDir()
+	manager := func(bind string) error {
+		pol := filepath.Join(dir, "p.yaml")
+		if err := os.WriteFile(pol, []byte("filesystem:\n  binds:\n    - "+bind+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c := &Config{Socket: filepath.Join(dir, "s.sock"), DataDir: filepath.Join(dir, "data"), StateDir: filepath.Join(dir, "state"), Policies: map[string]string{"k": pol}}
+		c.defaults()
+		_, _, err := c.manager()
+		return err
+	}
+	err := manager("{source: /sys/kernel/mm, target: /mnt/mm, mode: rw}")
+	if err == nil || !strings.Contains(err.Error(), "config: policies.k: filesystem.binds[0].source /sys/kernel/mm is on the host kernel's sysfs filesystem") {
+		t.Errorf("writable sysfs bind: %v", err)
+	}
+	for _, ok := range []string{"{source: /sys/kernel/mm, target: /mnt/mm}", "{source: " + dir + ", target: /mnt/d, mode: rw}"} {
+		if err := manager(ok); err != nil && strings.Contains(err.Error(), "policies.k") {
+			t.Errorf("control %s: %v", ok, err)
+		}
+	}
+}

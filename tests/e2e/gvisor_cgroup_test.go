@@ -232,3 +232,53 @@ func TestCgroupParentOutsideTree(t *testing.T) {
 		t.Errorf("cgroups left under the parent: %q", left)
 	}
 }
+
+// TestKernelFSNotWritable: a workspace or a writable bind on one of the
+// host kernel's own filesystems (/proc, /sys) is refused on every backend
+// before anything starts: on gVisor `--bind /sys/kernel/mm:/mnt/mm:rw` let
+// the sandbox write the host's transparent_hugepage settings. Controls: the
+// same sysfs directory bound read-only is readable and not writable
+// (gVisor; native cannot idmap sysfs at all), and a writable bind of an
+// ordinary directory is written.
+func TestKernelFSNotWritable(t *testing.T) {
+	need(t)
+	if _, err := os.Stat("/sys/kernel/mm/transparent_hugepage/defrag"); err != nil {
+		t.Skip("no /sys/kernel/mm/transparent_hugepage here")
+	}
+	runtimes := []string{"native"}
+	if backends()[gvisor.Name] == "" {
+		runtimes = append(runtimes, gvisor.Name)
+	}
+	before, _ := os.ReadFile("/sys/kernel/mm/transparent_hugepage/defrag")
+	for _, rt := range runtimes {
+		for _, c := range []struct {
+			flags []string
+			want  string
+		}{
+			{[]string{"--workspace", "/proc"}, "workspace /proc is on the host kernel's proc filesystem"},
+			{[]string{"--workspace", "/sys/kernel/mm", "--workspace-mode", "live"}, "workspace /sys/kernel/mm is on the host kernel's sysfs filesystem"},
+			{[]string{"--bind", "/sys/kernel/mm:/mnt/mm:rw"}, "writable bind source /sys/kernel/mm is on the host kernel's sysfs"},
+		} {
+			r := run(t, opts{}, append([]string{"--runtime", rt}, c.flags...), "sh", "-c", "echo never > /mnt/mm/transparent_hugepage/defrag; echo ran")
+			if r.code != 125 || strings.Contains(r.stdout, "ran") || !strings.Contains(r.stderr, c.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+				t.Errorf("%s %v: want exit 125 and %q\n%s", rt, c.flags, c.want, r)
+			}
+		}
+		if rt == gvisor.Name {
+			r := run(t, opts{}, []string{"--runtime", rt, "--bind", "/sys/kernel/mm:/mnt/mm"}, "sh", "-c", "cat /mnt/mm/transparent_hugepage/defrag && ! echo never 2>/dev/null > /mnt/mm/transparent_hugepage/defrag")
+			if r.code != 0 || r.stdout != string(before) {
+				t.Errorf("%s control, read-only sysfs bind: want it read and not written\n%s", rt, r)
+			}
+		}
+		dir := t.TempDir()
+		os.Chmod(dir, 0o777)
+		if r := run(t, opts{}, []string{"--runtime", rt, "--bind", dir + ":/mnt/d:rw"}, "sh", "-c", "echo ok > /mnt/d/f"); r.code != 0 {
+			t.Errorf("%s control, writable bind of a directory:\n%s", rt, r)
+		} else if b, _ := os.ReadFile(filepath.Join(dir, "f")); string(b) != "ok\n" {
+			t.Errorf("%s control: wrote %q", rt, b)
+		}
+	}
+	if after, _ := os.ReadFile("/sys/kernel/mm/transparent_hugepage/defrag"); string(after) != string(before) {
+		t.Errorf("the host's defrag setting changed: %q -> %q", before, after)
+	}
+}
