@@ -40,6 +40,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/manager"
 	"github.com/airlock-dev/airlock/internal/store"
@@ -254,10 +255,14 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request, id string,
 		}
 		return
 	}
-	// As E2B's edge does, a sandbox that is gone (or was never there)
-	// answers 502 on every port: the SDKs read it as "not running".
-	if sb, err := s.m.Get(r.Context(), id); err != nil || sb.State == "stopped" || sb.State == "failed" {
+	// As E2B's edge does, a sandbox that is gone (or was never there), or
+	// paused, answers 502 on every port: the SDKs read it as "not running"
+	// (isRunning() is false; connect() resumes it).
+	if sb, err := s.m.Get(r.Context(), id); err != nil || sb.State == api.StateStopped || sb.State == api.StateFailed {
 		writeErr(rec, http.StatusBadGateway, "sandbox "+errdefs.Quote(id)+" is not running")
+		return
+	} else if sb.State == api.StatePaused {
+		writeErr(rec, http.StatusBadGateway, "sandbox "+errdefs.Quote(id)+" is paused: Sandbox.connect resumes it")
 		return
 	}
 	if port == EnvdPort {

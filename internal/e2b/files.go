@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"path"
 	"strconv"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -81,7 +83,11 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}))
-	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size, 10))
+	if fi.Size > 0 {
+		// A size of 0 may be a file of /proc, whose content only a read
+		// finds: no length then, the body is what the read gives.
+		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size, 10))
+	}
 	w.WriteHeader(http.StatusOK)
 	if _, err := io.Copy(w, rc); err != nil {
 		s.log.Debug("e2b: download cut", "path", p, "err", err)
@@ -132,11 +138,26 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, http.StatusBadRequest, fmt.Sprintf("Content-Type %s: want multipart/form-data or application/octet-stream", errdefs.Quote(ct)))
 			return
 		}
-		if r.Header.Get("Content-Encoding") != "" {
-			writeErr(w, http.StatusBadRequest, "Content-Encoding: compressed uploads are not served")
+		body := io.Reader(r.Body)
+		switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+		case "", "identity":
+		case "gzip":
+			// The SDK's files.write(..., {gzip: true}). max_upload caps
+			// what is written, decompressed.
+			zr, err := gzip.NewReader(r.Body)
+			if err != nil {
+				writeErr(w, http.StatusBadRequest, "Content-Encoding: gzip: "+err.Error())
+				return
+			}
+			body = zr
+			if s.MaxUpload > 0 {
+				body = &capReader{r: zr, left: s.MaxUpload, limit: s.MaxUpload}
+			}
+		default:
+			writeErr(w, http.StatusBadRequest, fmt.Sprintf("Content-Encoding %s: want gzip or none", errdefs.Quote(enc)))
 			return
 		}
-		e, err := write(q, r.Body)
+		e, err := write(q, body)
 		if err != nil {
 			fail(err)
 			return
@@ -190,4 +211,28 @@ func partFileName(part *multipart.Part) string {
 		return ""
 	}
 	return params["filename"]
+}
+
+// capReader fails with an *http.MaxBytesError once more than limit bytes
+// were read (a decompressed upload past max_upload).
+type capReader struct {
+	r           io.Reader
+	left, limit int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		// One byte more tells a stream that ends exactly at the cap.
+		var b [1]byte
+		if n, _ := c.r.Read(b[:]); n > 0 {
+			return 0, &http.MaxBytesError{Limit: c.limit}
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
 }

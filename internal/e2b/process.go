@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -142,6 +143,12 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[pb.Sta
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd: empty"))
 	}
 	er := &api.ExecRequest{Argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: cfg.GetEnvs(), Cwd: cfg.GetCwd()}
+	if dl, ok := ctx.Deadline(); ok {
+		// As envd does, the call's timeout (Connect-Timeout-Ms, the SDK's
+		// timeoutMs) is the process's: it is killed when it expires, in
+		// the background too, not left running after the client gave up.
+		er.TimeoutSeconds = min(max(time.Until(dl).Seconds(), 0.001), 9*365*24*3600)
+	}
 	if m.Pty != nil {
 		var mu sync.Mutex
 		return ps.startPTY(ctx, id, m, er, func(ev *pb.ProcessEvent) error {
@@ -217,27 +224,88 @@ func (ps *processService) follow(ctx context.Context, id, procID string, pid uin
 			}
 		}()
 	}
-	err := ps.s.m.Output(ctx, id, procID, manager.Cursor{}, true, func(e api.OutputEvent) error {
+	// A command that ended but left a child holding its output open (`sleep
+	// 1000 &`) ends the stream as envd's does, once its output has gone
+	// quiet (or after endMax): the output follow alone would wait for the
+	// child.
+	octx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var last atomic.Int64 // when the last output event went out
+	last.Store(time.Now().UnixNano())
+	var sentEnd atomic.Bool
+	go func() {
+		if p, err := ps.s.m.Wait(octx, id, procID, 100*365*24*time.Hour); err != nil || p.EndedAt == nil {
+			return
+		}
+		exited := time.Now()
+		t := time.NewTicker(endQuiet / 5)
+		defer t.Stop()
+		for {
+			select {
+			case <-octx.Done():
+				return
+			case now := <-t.C:
+				quietSince := max(last.Load(), exited.UnixNano())
+				if now.Sub(exited) >= endMax || now.UnixNano()-quietSince >= int64(endQuiet) {
+					stop(errEndedFirst)
+					return
+				}
+			}
+		}
+	}()
+	err := ps.s.m.Output(octx, id, procID, manager.Cursor{}, true, func(e api.OutputEvent) error {
+		if e.Kind != api.EventExit {
+			defer last.Store(time.Now().UnixNano())
+		}
 		switch e.Kind {
 		case api.EventStdout:
 			return emit(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stdout{Stdout: e.Data}}}})
 		case api.EventStderr:
 			return emit(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stderr{Stderr: e.Data}}}})
 		case api.EventExit:
-			end := &pb.ProcessEvent_EndEvent{Exited: true}
-			switch {
-			case e.Signal != 0:
-				end.ExitCode, end.Exited = -1, false
-				end.Status = "signal: " + signalName(e.Signal)
-			case e.ExitCode != nil:
-				end.ExitCode = int32(*e.ExitCode)
-				end.Status = "exit status " + strconv.Itoa(*e.ExitCode)
-			}
-			return emit(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}})
+			sentEnd.Store(true)
+			return emit(endEvent(e.ExitCode, e.Signal))
 		}
 		return nil // "lost": the bytes are gone; the stream goes on
 	})
+	if !sentEnd.Load() && errors.Is(context.Cause(octx), errEndedFirst) {
+		p, perr := ps.s.m.Process(ctx, id, procID)
+		if perr != nil {
+			return rpcErr(perr)
+		}
+		return emit(endEvent(p.ExitCode, p.Signal))
+	}
 	return rpcErr(err)
+}
+
+// After a command ends, its stream ends once no output came for endQuiet,
+// or endMax after the end whatever a child it left still writes.
+const (
+	endQuiet = 500 * time.Millisecond
+	endMax   = 5 * time.Second
+)
+
+var errEndedFirst = errors.New("the process ended; a child it left holds its output")
+
+// endEvent is the end of a process that exited with code, or was killed by
+// signal sig.
+func endEvent(code *int, sig int) *pb.ProcessEvent {
+	end := &pb.ProcessEvent_EndEvent{Exited: true}
+	switch {
+	case sig != 0:
+		end.ExitCode, end.Exited = -1, false
+		end.Status = "signal: " + signalName(sig)
+	case code != nil:
+		end.ExitCode = int32(*code)
+		end.Status = "exit status " + strconv.Itoa(*code)
+	}
+	if end.ExitCode != 0 {
+		// envd's error is the wait's ("exit status 3", "signal: killed"):
+		// the SDKs' CommandExitError message.
+		msg := end.Status
+		end.Error = &msg
+	}
+	return &pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}
 }
 
 func signalName(n int) string {
@@ -265,7 +333,22 @@ func (ps *processService) input(ctx context.Context, id string, sel *pb.ProcessS
 		_, err := t.master.Write(v.Pty)
 		return rpcErr(err)
 	}
-	return rpcErr(ps.s.m.Stdin(ctx, id, pidS, bytes.NewReader(in.GetStdin()), false))
+	return ps.actErr(ctx, id, pidS, ps.s.m.Stdin(ctx, id, pidS, bytes.NewReader(in.GetStdin()), false))
+}
+
+// actErr is rpcErr for an action on a process: on one that has ended it is
+// NotFound, as envd answers (it forgets a process once it ends), so that
+// the SDKs' kill() returns false instead of throwing.
+func (ps *processService) actErr(ctx context.Context, id, pidS string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if status(err) == http.StatusConflict {
+		if p, perr := ps.s.m.Process(ctx, id, pidS); perr == nil && p.EndedAt != nil {
+			return connect.NewError(connect.CodeNotFound, fmt.Errorf("process %s has ended", pidS))
+		}
+	}
+	return rpcErr(err)
 }
 
 func (ps *processService) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
@@ -313,7 +396,7 @@ func (ps *processService) SendSignal(ctx context.Context, req *connect.Request[p
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %d: want SIGKILL or SIGTERM", req.Msg.GetSignal()))
 	}
 	if err := ps.s.m.Signal(ctx, id, pidS, sig); err != nil {
-		return nil, rpcErr(err)
+		return nil, ps.actErr(ctx, id, pidS, err)
 	}
 	return connect.NewResponse(&pb.SendSignalResponse{}), nil
 }
@@ -325,7 +408,7 @@ func (ps *processService) CloseStdin(ctx context.Context, req *connect.Request[p
 		return nil, err
 	}
 	if err := ps.s.m.Stdin(ctx, id, pidS, bytes.NewReader(nil), true); err != nil {
-		return nil, rpcErr(err)
+		return nil, ps.actErr(ctx, id, pidS, err)
 	}
 	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
 }

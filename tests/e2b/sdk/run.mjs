@@ -55,7 +55,30 @@ try {
 } catch (e) {
   check(e instanceof CommandExitError, 'CommandExitError, got ' + e)
   check(e.exitCode === 3 && e.stderr === 'bad\n', 'exitCode 3 and stderr')
+  check(e.message === 'exit status 3', 'CommandExitError message: ' + JSON.stringify(e.message))
 }
+// timeoutMs is the command's: it is killed when it expires (the SDK
+// raises), in the foreground and in the background alike.
+const t0 = Date.now()
+try {
+  await sbx.commands.run('sleep 30; touch /tmp/fg-survived', { timeoutMs: 1000 })
+  check(false, 'a command past its timeoutMs raises')
+} catch (e) {
+  check(!(e instanceof CommandExitError), 'timeout: not an exit error, got ' + e)
+}
+await sbx.commands.run('sleep 30; touch /tmp/bg-survived', { background: true, timeoutMs: 1000 })
+await until(async () => !(await sbx.commands.list()).some((p) => p.cmd === '/bin/bash' && p.args.join(' ').includes('survived')), 'timed-out commands gone from list')
+check(Date.now() - t0 < 15000, 'timed-out commands ended within their timeouts')
+// A command that leaves a child holding its output returns when it ends,
+// as envd's do, not when the child does.
+const t1 = Date.now()
+const left = await sbx.commands.run('sleep 600 & echo parent done')
+check(left.exitCode === 0 && left.stdout === 'parent done\n', 'a command leaving a child: ' + JSON.stringify(left))
+check(Date.now() - t1 < 10000, 'a command leaving a child returned in ' + (Date.now() - t1) + ' ms')
+// Killing a command that has ended answers false, as for an unknown one.
+const quick = await sbx.commands.run('true', { background: true })
+await quick.wait()
+check((await sbx.commands.kill(quick.pid)) === false, 'kill of an ended command is false')
 step('exit-error')
 
 // Background command, connect, list, kill.
@@ -109,6 +132,11 @@ check(bytes instanceof Uint8Array && bytes.length === 10 && bytes[0] === 104, 'r
 await sbx.files.write('/workspace/bin.dat', new Uint8Array([0, 1, 2, 255]).buffer)
 const bin = await sbx.files.read('bin.dat', { format: 'bytes' })
 check(bin.length === 4 && bin[3] === 255, 'binary round trip')
+// A compressed upload (gzip: true) lands decompressed; a /proc file, whose
+// size says 0, reads whole.
+await sbx.files.write('/workspace/gz.txt', 'compressed on the way '.repeat(100), { gzip: true })
+check((await sbx.files.read('gz.txt')) === 'compressed on the way '.repeat(100), 'gzip upload round trip')
+check((await sbx.files.read('/proc/self/status')).includes('Name:'), '/proc file read whole')
 const entries = await sbx.files.list('dir1')
 check(entries.some((e) => e.name === 'hello.txt' && e.type === 'file' && e.path === '/workspace/dir1/hello.txt'), 'list: ' + JSON.stringify(entries))
 check((await sbx.files.makeDir('/workspace/newdir')) === true, 'makeDir')
@@ -156,6 +184,7 @@ step('list')
 // Pause, then connect resumes.
 await sbx.pause()
 check((await sbx.getInfo()).state === 'paused', 'paused')
+check((await sbx.isRunning()) === false, 'isRunning false while paused')
 const again = await Sandbox.connect(sbx.sandboxId)
 check((await again.getInfo()).state === 'running', 'running after connect')
 check((await again.commands.run('echo back')).stdout === 'back\n', 'command after resume')
