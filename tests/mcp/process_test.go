@@ -243,3 +243,31 @@ func TestAPIKey(t *testing.T) {
 		t.Fatalf("run_command over TCP: %+v", r)
 	}
 }
+
+// TestTwoStandalone: a second standalone server, which shares the first
+// one's state root, leaves the first one's sandboxes alone (it removed
+// them as unknown to its store, with their workspaces). The control: the
+// second server's own sandboxes work, and each server still sees its own
+// files.
+func TestTwoStandalone(t *testing.T) {
+	a := startServer(t, nil, "--standalone")
+	var sa sandboxRes
+	a.ok(t, "create_sandbox", m{}, &sa)
+	a.ok(t, "write_file", m{"sandbox_id": sa.SandboxID, "path": "work.txt", "content": "from a"}, nil)
+	b := startServer(t, nil, "--standalone")
+	var sb sandboxRes
+	b.ok(t, "create_sandbox", m{}, &sb)
+	b.ok(t, "write_file", m{"sandbox_id": sb.SandboxID, "path": "work.txt", "content": "from b"}, nil)
+	for _, c := range []struct {
+		s    *server
+		id   string
+		want string
+	}{{a, sa.SandboxID, "from a"}, {b, sb.SandboxID, "from b"}} {
+		if got := c.s.ok(t, "read_file", m{"sandbox_id": c.id, "path": "work.txt"}, nil); !strings.Contains(got, c.want) {
+			t.Errorf("read_file in %s: %q, want %q", c.id, got, c.want)
+		}
+	}
+	if strings.Contains(b.stderr.String(), "removing a sandbox the store does not know") {
+		t.Errorf("the second server removed a sandbox:\n%s", testdaemon.Tail(b.stderr.String(), 20))
+	}
+}

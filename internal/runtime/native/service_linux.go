@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -62,8 +63,12 @@ func isID(name string) bool {
 
 // List returns the ids of the sandboxes that have state under the state
 // root: running ones, detached ones waiting for adoption, and leftovers.
+// Those another live process holds are not listed: a state root shared by
+// supervisors (airlock mcp's private daemons) must not have one remove
+// another's sandboxes as unknown.
 func (r *Runtime) List() ([]string, error) {
-	entries, err := os.ReadDir(r.stateRoot())
+	root := r.stateRoot()
+	entries, err := os.ReadDir(root)
 	if err != nil {
 		if os.IsNotExist(err) {
 			return nil, nil
@@ -72,11 +77,28 @@ func (r *Runtime) List() ([]string, error) {
 	}
 	var ids []string
 	for _, e := range entries {
-		if e.IsDir() && isID(e.Name()) {
+		if e.IsDir() && isID(e.Name()) && !heldElsewhere(filepath.Join(root, e.Name()), e) {
 			ids = append(ids, e.Name())
 		}
 	}
 	return ids, nil
+}
+
+// heldElsewhere reports whether the sandbox with state directory dir
+// belongs to another live supervisor: it owns it and the sandbox does not
+// outlive it (not detached), or the sandbox is still being made (no state
+// file yet, and not older than a setup may take), as sweep judges them.
+func heldElsewhere(dir string, e os.DirEntry) bool {
+	b, err := sysfile.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		fi, err := e.Info()
+		return err == nil && time.Since(fi.ModTime()) <= 2*setupTimeout
+	}
+	var st stateFile
+	if json.Unmarshal(b, &st) != nil {
+		return false
+	}
+	return !st.Detached && st.Owner > 0 && st.Owner != os.Getpid() && sysfile.ProcStart(st.Owner) == st.OwnerStart
 }
 
 // Remove destroys the sandbox id that this process does not hold: it is
