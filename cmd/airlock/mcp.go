@@ -4,9 +4,11 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -53,6 +55,10 @@ The tools reach only the sandboxes this server created; when the client goes
 			o.Token = os.Getenv(mcpserver.TokenEnv)
 			if cmd.Flags().Changed("max-sandboxes") && o.MaxSandboxes < 1 {
 				return errors.New("--max-sandboxes must be at least 1")
+			}
+			if cmd.Flags().Changed("max-exec-timeout") && o.MaxExecTimeout < time.Second {
+				// 0 would mean the default to the server's options.
+				return fmt.Errorf("--max-exec-timeout %v: want at least 1s", o.MaxExecTimeout)
 			}
 			if err := mcpserver.Run(cmd.Context(), o); err != nil {
 				// One line (a YAML error spans several).

@@ -331,7 +331,10 @@ func (m *Manager) reapProc(p *proc) {
 	if err != nil && st == (runtime.ExitStatus{}) {
 		st = runtime.ExitStatus{Signal: 9}
 	}
-	if p.end(st, p.timedOut.Load(), time.Now().UTC()) {
+	// Timed out only if the timer's SIGKILL ended it: a process that
+	// exited as the timer fired ran to its end.
+	timedOut := p.timedOut.Load() && st.Signal == int(syscall.SIGKILL)
+	if p.end(st, timedOut, time.Now().UTC()) {
 		p.sb.mu.Lock()
 		p.endedByDelete.Store(p.sb.deleting)
 		p.sb.running--

@@ -235,7 +235,9 @@ func TestOptions(t *testing.T) {
 
 func TestBearer(t *testing.T) {
 	h := bearer("0123456789abcdef", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "in") }))
-	for auth, want := range map[string]int{"": 401, "Bearer 0123456789abcde": 401, "Bearer 0123456789abcdef0": 401, "bearer 0123456789abcdef": 401, "Bearer 0123456789abcdef": 200} {
+	for auth, want := range map[string]int{"": 401, "Bearer 0123456789abcde": 401, "Bearer 0123456789abcdef0": 401, "Basic 0123456789abcdef": 401, "0123456789abcdef": 401, "Bearer": 401,
+		"Bearer 0123456789abcdef": 200, "bearer 0123456789abcdef": 200, // the scheme is case-insensitive (RFC 9110)
+	} {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodPost, "/mcp", nil)
 		if auth != "" {

@@ -140,3 +140,70 @@ func cursorAt(ev api.OutputEvent, take int) (string, bool) {
 	}
 	return out + "." + at, true
 }
+
+// maxEncoded bounds what one answer carries of a file's or a process's
+// bytes, as JSON-escaped text: an answer holds it twice (the text for the
+// model and the structured content), and stdio clients stop at a frame of
+// 10 MiB (the TypeScript SDK's default), ending the session and with it
+// every sandbox. A byte can take 6 in JSON (a control character, or <, >
+// and & as Go escapes them), so max_bytes alone cannot keep to it.
+const maxEncoded = 4 << 20
+
+// jsonCost is the length of b as a JSON string's content, as Go's encoder
+// writes it (b is valid UTF-8 or becomes it, U+FFFD costing 3).
+func jsonCost(b []byte) int {
+	n := 0
+	for i := 0; i < len(b); {
+		c := b[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+				n += 2
+			case c < 0x20 || c == '<' || c == '>' || c == '&':
+				n += 6
+			default:
+				n++
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		switch {
+		case r == '\u2028' || r == '\u2029':
+			n += 6
+		case r == utf8.RuneError && size == 1:
+			n += 3
+		default:
+			n += size
+		}
+		i += size
+	}
+	return n
+}
+
+// cutCost is how much of data to take, at a character's start, for its
+// JSON cost to stay within room; at least the first character when room
+// is positive, so that a reader always moves on.
+func cutCost(data []byte, room int) int {
+	if room <= 0 {
+		return 0
+	}
+	n, i := 0, 0
+	for i < len(data) {
+		size := 1
+		if data[i] >= utf8.RuneSelf {
+			_, size = utf8.DecodeRune(data[i:])
+		}
+		c := jsonCost(data[i : i+size])
+		if n+c > room {
+			break
+		}
+		n += c
+		i += size
+	}
+	if i == 0 {
+		_, size := utf8.DecodeRune(data)
+		return min(size, len(data))
+	}
+	return i
+}

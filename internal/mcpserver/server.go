@@ -126,6 +126,10 @@ func (o *Options) check() error {
 		if len(o.Token) < MinTokenLen {
 			return fmt.Errorf("%s is %d characters long: use at least %d (e.g. openssl rand -hex 16)", TokenEnv, len(o.Token), MinTokenLen)
 		}
+		if strings.TrimSpace(o.Token) != o.Token || strings.ContainsAny(o.Token, " \t\r\n") {
+			// HTTP trims a header's spaces: such a token could never match.
+			return fmt.Errorf("%s contains spaces: use a token without (e.g. openssl rand -hex 16)", TokenEnv)
+		}
 	}
 	if o.Version == "" {
 		o.Version = "dev"
@@ -167,7 +171,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Listen != "" {
 		return s.serveHTTP(ctx)
 	}
-	err = s.mcp.Run(ctx, &mcp.IOTransport{Reader: o.Stdin, Writer: o.Stdout})
+	err = s.mcp.Run(ctx, &mcp.IOTransport{Reader: o.Stdin, Writer: o.Stdout, MaxLineLength: maxFrame})
 	if err != nil && (ctx.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, mcp.ErrConnectionClosed)) {
 		err = nil // the client went, or we were told to stop
 	}
@@ -322,7 +326,7 @@ func (s *server) serveHTTP(ctx context.Context) error {
 		return fmt.Errorf("listen %s: %w", s.o.Listen, err)
 	}
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
-		&mcp.StreamableHTTPOptions{Logger: s.o.Log, SessionTimeout: time.Hour})
+		&mcp.StreamableHTTPOptions{Logger: s.o.Log, SessionTimeout: time.Hour, MaxRequestBodyBytes: maxFrame})
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", bearer(s.o.Token, h))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
@@ -349,15 +353,20 @@ func (s *server) serveHTTP(ctx context.Context) error {
 
 // bearer refuses requests without the token.
 func bearer(token string, next http.Handler) http.Handler {
-	want := []byte("Bearer " + token)
+	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
+		h := r.Header.Get("Authorization")
+		var got []byte
+		// The scheme is case-insensitive (RFC 9110 11.1).
+		if scheme, cred, ok := strings.Cut(h, " "); ok && strings.EqualFold(scheme, "Bearer") {
+			got = []byte(strings.TrimSpace(cred))
+		}
 		if subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock mcp"`)
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusUnauthorized)
 			msg := "missing bearer token: send Authorization: Bearer <" + TokenEnv + ">"
-			if len(got) > 0 {
+			if h != "" {
 				msg = "wrong bearer token"
 			}
 			fmt.Fprintf(w, `{"error":%q}`+"\n", msg)
@@ -375,7 +384,7 @@ func (s *server) own(id string) error {
 		return errors.New("sandbox_id is empty: give the id create_sandbox returned")
 	}
 	if !s.owned[id] {
-		return fmt.Errorf("unknown sandbox_id %q: not a sandbox of this session (list_sandboxes shows yours)", clip(id))
+		return fmt.Errorf("unknown sandbox_id %q: not a sandbox of this server (list_sandboxes shows its sandboxes)", clip(id))
 	}
 	return nil
 }
@@ -410,7 +419,7 @@ func (s *server) reserve(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n := len(s.owned) + s.creating; n >= s.o.MaxSandboxes {
-		return fmt.Errorf("this session holds %d sandboxes, the most the operator allows (--max-sandboxes %d): destroy one with destroy_sandbox first", n, s.o.MaxSandboxes)
+		return fmt.Errorf("this server holds %d sandboxes, the most the operator allows (--max-sandboxes %d): destroy one with destroy_sandbox first", n, s.o.MaxSandboxes)
 	}
 	s.creating++
 	return nil

@@ -34,6 +34,11 @@ const (
 	maxOutputBytes     = 1 << 20
 	maxWaitSeconds     = 30
 	maxWriteBytes      = 16 << 20
+	// maxFrame is the largest request the server reads: a write_file of
+	// maxWriteBytes in the costliest JSON (6 bytes a byte), so that an
+	// oversized write is that tool's error, not the end of the session
+	// (over stdio, the end of every sandbox in it).
+	maxFrame = 6*maxWriteBytes + 1<<20
 )
 
 // toolError turns an error of the SDK into the message a model reads: the
@@ -95,7 +100,7 @@ type listIn struct{}
 
 type listOut struct {
 	Sandboxes    []sandboxOut `json:"sandboxes"`
-	MaxSandboxes int          `json:"max_sandboxes" jsonschema:"how many sandboxes this session may hold at once"`
+	MaxSandboxes int          `json:"max_sandboxes" jsonschema:"how many sandboxes this server may hold at once"`
 }
 
 type sandboxIn struct {
@@ -292,7 +297,7 @@ func (s *server) addTools() {
 		Description: "Create an isolated Linux sandbox and return its sandbox_id. It has an empty, writable /workspace (the working directory of commands), the host's programs read-only, and the network the policy allows (none by default). It is destroyed when its timeout passes, with destroy_sandbox, or when this MCP server stops. Sandboxes are limited in number: destroy the ones you are done with."},
 		s.createSandbox)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "list_sandboxes", InputSchema: schemaFor[listIn](),
-		Description: "List the sandboxes this session created, with their state and when they expire."},
+		Description: "List the sandboxes this server created, with their state and when they expire."},
 		s.listSandboxes)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "destroy_sandbox", InputSchema: schemaFor[sandboxIn](),
 		Description: "Destroy a sandbox: its processes are killed and its files are gone."},
@@ -422,7 +427,12 @@ func (s *server) runCommand(ctx context.Context, req *mcp.CallToolRequest, in ru
 		return nil, runOut{}, errors.New("timeout_seconds must be positive")
 	}
 	if in.TimeoutSeconds > 0 {
-		timeout = time.Duration(in.TimeoutSeconds * float64(time.Second))
+		// Compared in seconds first: a large number would overflow the
+		// Duration.
+		timeout = s.o.MaxExecTimeout
+		if in.TimeoutSeconds < timeout.Seconds() {
+			timeout = time.Duration(in.TimeoutSeconds * float64(time.Second))
+		}
 	}
 	timeout = min(timeout, s.o.MaxExecTimeout)
 	p, err := s.c.StartProcess(ctx, in.SandboxID, &api.ExecRequest{Argv: av, Cwd: in.Cwd, Env: in.Env, Stdin: []byte(in.Stdin), TimeoutSeconds: timeout.Seconds()})
@@ -600,7 +610,8 @@ func (s *server) readOutput(ctx context.Context, _ *mcp.CallToolRequest, in read
 	defer close(want)
 	var stdout, stderr bytes.Buffer
 	var settle <-chan time.Time
-	n := 0
+	n, cost := 0, 0 // bytes taken, and their JSON length
+	partial := false
 loop:
 	for {
 		select {
@@ -626,12 +637,19 @@ loop:
 		switch ev.Kind {
 		case api.EventStdout, api.EventStderr:
 			data := ev.Data
-			if n+len(data) > limit {
+			take := len(data)
+			if n+take > limit {
+				take = cutAt(data, limit-n)
+			}
+			if c := jsonCost(data[:take]); cost+c > maxEncoded {
+				take = cutCost(data[:take], maxEncoded-cost)
+			}
+			if take < len(data) {
 				// Only what fits (cut at a character's start when it can
 				// be); the cursor then points inside the event, where the
-				// next call resumes.
-				take := cutAt(data, limit-n)
-				if take == 0 {
+				// next call resumes, and this call answers: a later event's
+				// cursor would skip the rest of this one.
+				if take == 0 || n > 0 && cost+jsonCost(data[:take]) > maxEncoded {
 					break loop
 				}
 				cur, ok := cursorAt(ev, take)
@@ -644,12 +662,14 @@ loop:
 				}
 				data, ev.Cursor = data[:take], cur
 			}
+			partial = len(data) < len(ev.Data)
 			if ev.Kind == api.EventStdout {
 				stdout.Write(data)
 			} else {
 				stderr.Write(data)
 			}
 			n += len(data)
+			cost += jsonCost(data)
 		case api.EventLost:
 			out.LostBytes += int64(ev.Bytes)
 		case api.EventExit:
@@ -661,7 +681,7 @@ loop:
 			out.ExitCode, out.Signal = &code, ev.Signal
 		}
 		out.Cursor = ev.Cursor
-		if out.Finished || n >= limit {
+		if out.Finished || partial || n >= limit || cost >= maxEncoded {
 			break
 		}
 		// Once something arrived, a follower gives what follows at once
@@ -788,8 +808,17 @@ func (s *server) readFile(ctx context.Context, _ *mcp.CallToolRequest, in readFi
 		b, out.Truncated = b[:limit], true
 	}
 	if isText(b, out.Truncated) {
+		if take := cutCost(b, maxEncoded); take < len(b) {
+			b, out.Truncated = b[:take], true
+		}
+		if out.Truncated {
+			b = wholeChars(b)
+		}
 		out.Encoding, out.Content = "utf-8", string(b)
 	} else {
+		if most := maxEncoded / 4 * 3; len(b) > most {
+			b, out.Truncated = b[:most], true
+		}
 		out.Encoding, out.Content = "base64", base64.StdEncoding.EncodeToString(b)
 	}
 	note := ""
@@ -800,6 +829,16 @@ func (s *server) readFile(ctx context.Context, _ *mcp.CallToolRequest, in readFi
 		return text("%s is binary, %d bytes%s, in base64:\n%s", p, out.Size, note, out.Content), out, nil
 	}
 	return text("%s, %d bytes%s:\n%s", p, out.Size, note, out.Content), out, nil
+}
+
+// wholeChars is b without a character cut at its end.
+func wholeChars(b []byte) []byte {
+	for i := 0; i < utf8.UTFMax && i < len(b); i++ {
+		if utf8.Valid(b[:len(b)-i]) {
+			return b[:len(b)-i]
+		}
+	}
+	return b
 }
 
 // isText reports whether b is text: UTF-8 without NUL bytes. A cut file

@@ -145,8 +145,11 @@ func TestHTTP(t *testing.T) {
 			t.Fatalf("Authorization %q: %d %q", bad, code, body)
 		}
 	}
-	if code, body, _ := post("Bearer "+token, url); code != http.StatusOK || !strings.Contains(body, `"serverInfo"`) {
-		t.Fatalf("with the token: %d %q", code, body)
+	// The scheme is case-insensitive (RFC 9110).
+	for _, good := range []string{"Bearer " + token, "bearer " + token, "BEARER  " + token} {
+		if code, body, _ := post(good, url); code != http.StatusOK || !strings.Contains(body, `"serverInfo"`) {
+			t.Fatalf("Authorization %q: %d %q", good, code, body)
+		}
 	}
 	if code, _, _ := post("Bearer "+token, "http://"+addr+"/other"); code != http.StatusNotFound {
 		t.Fatalf("another path: %d", code)
@@ -213,6 +216,8 @@ func TestStartErrors(t *testing.T) {
 	runFail(t, nil, "--policy net given twice", "--config", good, "--policy", "net", "--policy", "net")
 	runFail(t, nil, "--max-sandboxes must be at least 1", "--standalone", "--max-sandboxes", "0")
 	runFail(t, nil, "--max-exec-timeout", "--standalone", "--max-exec-timeout", "10ms")
+	runFail(t, nil, "--max-exec-timeout 0s: want at least 1s", "--standalone", "--max-exec-timeout", "0s")
+	runFail(t, []string{"AIRLOCK_MCP_TOKEN=                "}, "contains spaces", "--standalone", "--listen", "127.0.0.1:0")
 	runFail(t, nil, "unknown flag", "--no-such-flag")
 
 	s := startServer(t, nil, "--config", good, "--policy", "net")

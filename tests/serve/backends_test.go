@@ -137,6 +137,19 @@ func testBackendService(t *testing.T, b serveBackend) {
 		}
 		_, err = d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"no-such-command"}})
 		wantCode(t, "missing command", err, http.StatusBadRequest)
+		// A timeout kills the command and says so; a command that ends as
+		// its timeout fires (the control) ran to its end and is not
+		// "timed out" (it was, with exit code 0, in 2 of 6 tries).
+		res, err = d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sleep", "60"}, TimeoutSeconds: 0.5})
+		if err != nil || !res.TimedOut || res.Signal != 9 {
+			t.Fatalf("timeout: %+v %v", res, err)
+		}
+		for i := 0; i < 10; i++ {
+			res, err = d.c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}, TimeoutSeconds: 0.000001})
+			if err != nil || res.TimedOut != (res.Signal == 9) || !res.TimedOut && res.ExitCode != 0 {
+				t.Fatalf("a command racing its timeout: %+v %v", res, err)
+			}
+		}
 	})
 
 	// Stop signals from a command to the agent (PID 1) leave it answering,
