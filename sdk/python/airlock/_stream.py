@@ -87,8 +87,9 @@ def follow(open_stream: Callable[[Optional[str]], Tuple[Response, bool]], cursor
     """Events of a stream opened by open_stream(cursor), reopened from the
     last cursor after a cut (or, with reconnect_on_end, after an end that
     done() did not mark), with a backoff: at most FOLLOW_ATTEMPTS attempts
-    in a row and FOLLOW_WINDOW seconds without an event. Errors answered
-    by the daemon (the sandbox is gone: NotFound) end it at once."""
+    in a row and FOLLOW_WINDOW seconds without an event, also across a
+    daemon restart (Unavailable). Other errors answered by the daemon (the
+    sandbox is gone: NotFound) end it at once."""
     attempts = 0
     since = time.monotonic()
     while True:
@@ -110,7 +111,10 @@ def follow(open_stream: Callable[[Optional[str]], Tuple[Response, bool]], cursor
             if not reconnect_on_end:
                 return
             why: Exception = errors.ConnectionFailed("airlock: stream ended before its last event")
-        except (errors.ConnectionFailed, errors.Timeout) as e:
+        except (errors.ConnectionFailed, errors.Timeout, errors.Unavailable) as e:
+            # Unavailable: the daemon is shutting down, or answered 503 as
+            # the next one starts; resumed from the cursor, as the Go and
+            # TypeScript SDKs do.
             why = e
         if progressed:
             attempts, since = 0, time.monotonic()

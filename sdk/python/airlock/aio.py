@@ -12,14 +12,18 @@ event loop's executor, and streams are async iterators::
 
 A blocking call runs to its end in its worker thread even if the task
 awaiting it is cancelled; a cancelled stream's thread ends at its next
-event.
+event. The calls run in airlock's own threads (up to MAX_THREADS at once),
+not the loop's default executor, so that open streams never starve other
+calls.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import inspect
+import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Generator, Iterator, Optional, Type
 
 from . import _ws, client as _client, sandbox as _sandbox
@@ -28,9 +32,28 @@ from . import _ws, client as _client, sandbox as _sandbox
 STREAMING = {"process_output", "follow_network", "follow_events", "output", "stream", "follow"}
 
 
+#: The threads blocking calls and stream steps run in. Not the event loop's
+#: default executor: that has min(32, CPUs + 4) threads, and each open
+#: stream holds one while it waits for its next event, so a few streams
+#: (6 on 2 CPUs) left no thread for any other call, which then waited for
+#: good. Threads are made as calls need them, up to this many at once.
+MAX_THREADS = 512
+
+_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+_pool_lock = threading.Lock()
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="airlock-aio")
+        return _pool
+
+
 async def _run(fn: Callable[..., Any], *a: Any, **kw: Any) -> Any:
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(None, functools.partial(fn, *a, **kw))
+    return await loop.run_in_executor(_executor(), functools.partial(fn, *a, **kw))
 
 
 _END = object()

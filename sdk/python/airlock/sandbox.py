@@ -28,13 +28,16 @@ def default_client() -> Client:
 class Process:
     """A process of a sandbox (started in the background, or found by id).
     cursor is where its output was read up to: a new Process with it
-    reattaches without reading anything twice."""
+    reattaches without reading anything twice. lost_bytes counts the
+    output stream() skipped because the daemon had dropped it before it was
+    read (it keeps the last MiB of each stream while nobody reads)."""
 
     def __init__(self, client: Client, sandbox_id: str, info: models.Process, cursor: Optional[str] = None) -> None:
         self.client = client
         self.sandbox_id = sandbox_id
         self.info = info
         self.cursor = cursor
+        self.lost_bytes = 0
 
     @property
     def id(self) -> str:
@@ -55,10 +58,14 @@ class Process:
                                           follow=follow, sse=sse, on_cursor=mark)
 
     def stream(self, follow: bool = True) -> Iterator[Tuple[str, bytes]]:
-        """(stream, bytes) pairs of its output ("stdout"/"stderr")."""
+        """(stream, bytes) pairs of its output ("stdout"/"stderr"). Output
+        the daemon dropped before it was read is not among them: it is
+        counted in lost_bytes (output() gives it as "lost" events)."""
         for ev in self.output(follow=follow):
             if ev.kind in ("stdout", "stderr") and ev.data:
                 yield ev.kind, ev.data
+            elif ev.kind == "lost":
+                self.lost_bytes += ev.bytes or 0
 
     def write(self, data: Data, close: bool = False) -> None:
         """Append to its stdin (close=True closes stdin after)."""

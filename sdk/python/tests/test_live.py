@@ -204,6 +204,16 @@ class ExecTest(Live):
             r.signal("NOSUCHSIG")
         with self.assertRaises(airlock.NotFound):
             sb.process("p999999")
+        # Output dropped before anyone read it (past the last MiB kept) is
+        # counted, not silently missing; the control read whole has none.
+        big = sb.spawn("head -c 3000000 /dev/zero")
+        big.wait(60)
+        n = sum(len(d) for s, d in big.stream() if s == "stdout")
+        self.assertEqual(n + big.lost_bytes, 3000000)
+        self.assertGreater(big.lost_bytes, 0)
+        small = sb.spawn("head -c 1000 /dev/zero")
+        self.assertEqual(sum(len(d) for s, d in small.stream()), 1000)
+        self.assertEqual(small.lost_bytes, 0)
 
     def test_port_tunnel(self):
         sb = self.sandbox()
@@ -539,6 +549,20 @@ class AsyncTest(unittest.TestCase):
                 sid = sb.id
             with self.assertRaises(airlock.NotFound):
                 await c.get_sandbox(sid)
+            # More open streams than the loop's default executor has threads
+            # (min(32, CPUs + 4)): other calls still run (they waited for
+            # good with 6 streams on 2 CPUs).
+            async with aio.Sandbox.create(client=c) as sb3:
+                n = (os.cpu_count() or 1) + 8
+                cats = [await sb3.spawn("cat") for _ in range(n)]
+
+                async def follow(p):
+                    return [d async for _, d in p.stream()]
+
+                tasks = [asyncio.create_task(follow(p)) for p in cats]
+                await asyncio.sleep(0.5)
+                await asyncio.wait_for(asyncio.gather(*[p.write(b"x\n", close=True) for p in cats]), 30)
+                self.assertEqual(await asyncio.wait_for(asyncio.gather(*tasks), 30), [[b"x\n"]] * n)
             sb2 = await aio.Sandbox.create(client=c)
             await sb2.delete()
             await c.__aexit__(None, None, None)

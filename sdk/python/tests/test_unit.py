@@ -304,6 +304,42 @@ class StreamTest(unittest.TestCase):
         finally:
             srv.close()
 
+    def test_resumes_across_a_daemon_restart(self):
+        # The daemon going down says so in the stream (unavailable), and
+        # the next one answers 503 while it starts: both are resumed from
+        # the cursor. A not_found (the control) ends it at once.
+        cursors = []
+
+        def h(h, n):
+            cursors.append(h.path.partition("?")[2])
+            if n == 2:
+                body = b'{"error":{"code":"unavailable","message":"starting"}}'
+                h.send_response(503)
+                h.send_header("Content-Type", "application/json")
+                h.send_header("Content-Length", str(len(body)))
+                h.end_headers()
+                h.wfile.write(body)
+                return
+            h.send_response(200)
+            h.send_header("Content-Type", "application/x-ndjson")
+            h.send_header("Connection", "close")
+            h.end_headers()
+            if n == 1:
+                h.wfile.write(b'{"kind":"stdout","offset":0,"data":"YQ==","cursor":"c1"}\n'
+                              b'{"error":{"code":"unavailable","message":"the daemon is shutting down"}}\n')
+            else:
+                h.wfile.write(b'{"kind":"stdout","offset":1,"data":"Yg==","cursor":"c2"}\n'
+                              b'{"kind":"exit","offset":0,"exit_code":0,"cursor":"c3"}\n')
+            h.close_connection = True
+        srv = Server(h)
+        try:
+            c = airlock.Client(srv.url, timeout=10)
+            evs = list(c.process_output("sb-0123456789abcdef", "p1"))
+            self.assertEqual([(e.kind, e.data) for e in evs], [("stdout", b"a"), ("stdout", b"b"), ("exit", None)])
+            self.assertEqual(cursors, ["", "cursor=c1", "cursor=c1"])
+        finally:
+            srv.close()
+
     def test_gives_up_bounded(self):
         from airlock import _stream
         old = _stream.FOLLOW_ATTEMPTS
