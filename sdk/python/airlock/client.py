@@ -374,7 +374,7 @@ class Client:
         its egress policy is unchanged. Close it when done."""
         from ._ws import Tunnel, upgrade
         if not isinstance(port, int) or not 1 <= port <= 65535:
-            raise errors.InvalidArgument(f"airlock: port {port!r}: want 1 to 65535")
+            raise errors.InvalidArgument(f"port {port!r}: want 1 to 65535")
         _, path = self._path("portTunnel", id=id, port=str(port))
         sock, _, rest = upgrade(self._t, path, {"Upgrade": "tcp"}, f"port {port}")
         return Tunnel(sock, rest)

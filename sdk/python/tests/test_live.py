@@ -233,8 +233,9 @@ class ExecTest(Live):
             except airlock.APIError:  # not listening yet
                 time.sleep(0.1)
         self.assertTrue(answer.startswith(b"HTTP/1.0 200"), answer[:100])
-        with self.assertRaises(airlock.InvalidArgument):
+        with self.assertRaises(airlock.InvalidArgument) as e:
             self.c.port_tunnel(sb.id, 0)
+        self.assertEqual(str(e.exception), "airlock: port 0: want 1 to 65535 (invalid_argument)")
         with self.assertRaises(airlock.Unavailable):
             self.c.port_tunnel(sb.id, 8001)
         with self.assertRaises(airlock.NotFound):

@@ -425,7 +425,7 @@ export class Airlock {
    */
   async portTunnel(id: string, port: number, opts: CallOptions = {}): Promise<Duplex> {
     if (!Number.isInteger(port) || port < 1 || port > 65535) {
-      throw new InvalidArgumentError("invalid_argument", `airlock: port ${port}: want 1 to 65535`);
+      throw new InvalidArgumentError("invalid_argument", `port ${port}: want 1 to 65535`);
     }
     const { socket, head } = await openUpgrade(this.t, sbPath(id, `/ports/${port}`), { upgrade: "tcp" }, opts);
     if (head.length > 0) socket.unshift(head);

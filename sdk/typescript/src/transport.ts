@@ -5,7 +5,7 @@
 import * as http from "node:http";
 import * as https from "node:https";
 import { Readable } from "node:stream";
-import { APIError, ConnectionError, ResourceExhaustedError, TimeoutError, errorFromAnswer } from "./errors.js";
+import { AirlockError, APIError, ConnectionError, ResourceExhaustedError, TimeoutError, errorFromAnswer } from "./errors.js";
 
 /** The daemon's socket when it runs as root. */
 export const DEFAULT_SOCKET = "/run/airlock/airlock.sock";
@@ -47,7 +47,7 @@ export interface HostSpec {
 }
 
 function badHost(host: string, why: string): never {
-  throw new Error(`airlock: daemon address ${JSON.stringify(host)}: ${why} (want unix:///path/to.sock, http://host:port or https://host:port)`);
+  throw new AirlockError("invalid_argument", `airlock: daemon address ${JSON.stringify(host)}: ${why} (want unix:///path/to.sock, http://host:port or https://host:port)`);
 }
 
 /** Parses a daemon address as the Go SDK and CLI do. */
@@ -233,9 +233,9 @@ export class Transport {
       let settled = false;
       let answered = false;
       let res: http.IncomingMessage | undefined;
-      let timer: NodeJS.Timeout | undefined;
+      let timer: (() => void) | undefined; // cancels the deadline's timer
       const cleanup = () => {
-        if (timer) clearTimeout(timer);
+        timer?.();
         timer = undefined;
         r.signal?.removeEventListener("abort", onAbort);
       };
@@ -251,7 +251,7 @@ export class Transport {
       const onAbort = () => fail(r.signal!.reason);
       const req = this.mod.request(opts);
       if (deadline !== Infinity) {
-        timer = setTimeout(
+        timer = armTimer(
           () => {
             const e = new TimeoutError(`airlock: ${what}: no ${answered ? "complete answer" : "answer"} within ${timeoutMs} ms (the call's timeout)`);
             if (!settled) fail(e);
@@ -279,7 +279,7 @@ export class Transport {
         if (!r.stream) {
           // The timer and signal stay armed until the caller has read the body.
         } else {
-          if (timer) clearTimeout(timer);
+          timer?.();
           timer = undefined;
         }
         resolve({ status: m.statusCode ?? 0, headers: m.headers, res: m, done });
@@ -360,16 +360,34 @@ export function readBody(res: http.IncomingMessage, limit: number): Promise<Buff
   });
 }
 
+/** The longest delay Node's timers take: a longer one fires after 1 ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * Calls fn after ms (any length: a delay past Node's 2^31-1 ms, which
+ * would fire at once, is waited out in steps) and returns what cancels it.
+ */
+export function armTimer(fn: () => void, ms: number): () => void {
+  const at = Date.now() + Math.max(0, ms);
+  let t: NodeJS.Timeout;
+  const arm = () => {
+    const left = at - Date.now();
+    t = left > MAX_TIMER_MS ? setTimeout(arm, MAX_TIMER_MS) : setTimeout(fn, Math.max(0, left));
+  };
+  arm();
+  return () => clearTimeout(t);
+}
+
 /** Waits ms, or throws the signal's reason when it aborts first. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
-    const t = setTimeout(() => {
+    const cancel = armTimer(() => {
       signal?.removeEventListener("abort", onAbort);
       resolve();
     }, ms);
     const onAbort = () => {
-      clearTimeout(t);
+      cancel();
       reject(signal!.reason);
     };
     signal?.addEventListener("abort", onAbort, { once: true });

@@ -6,7 +6,7 @@ import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { AirlockError, ConnectionError, StreamCutError, TimeoutError, apiError, errorFromAnswer } from "./errors.js";
 import type { PTYExit, PTYStart } from "./models.js";
-import { type CallOptions, type Transport, readBody } from "./transport.js";
+import { type CallOptions, type Transport, armTimer, readBody } from "./transport.js";
 
 const GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 /** The largest message accepted from the daemon. */
@@ -192,7 +192,7 @@ export function openUpgrade(
     const finish = (f: () => void) => {
       if (settled) return;
       settled = true;
-      clearTimeout(timer);
+      cancelTimer();
       opts.signal?.removeEventListener("abort", onAbort);
       f();
     };
@@ -201,13 +201,13 @@ export function openUpgrade(
       reject(opts.signal!.reason);
     });
     opts.signal?.addEventListener("abort", onAbort, { once: true });
-    const timer = setTimeout(
+    const cancelTimer = timeoutMs > 0 && timeoutMs !== Infinity ? armTimer(
       () => finish(() => {
         req.destroy();
         reject(new TimeoutError(`airlock: GET ${path}: no answer within ${timeoutMs} ms (the call's timeout)`));
       }),
-      timeoutMs > 0 ? timeoutMs : 2 ** 31 - 1,
-    );
+      timeoutMs,
+    ) : () => {};
     req.on("error", (e: NodeJS.ErrnoException) => finish(() => reject(t.connectionError(e))));
     req.on("response", (res: IncomingMessage) => {
       readBody(res, 64 << 10).then(

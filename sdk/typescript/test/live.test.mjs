@@ -333,7 +333,7 @@ test("portTunnel: a TCP stream to a server inside the sandbox; a bad port and a 
     }
   }
   assert.match(answer, /^HTTP\/1\.0 200/);
-  await assert.rejects(c.portTunnel(sb.id, 0), InvalidArgumentError);
+  await assert.rejects(c.portTunnel(sb.id, 0), (e) => e instanceof InvalidArgumentError && e.message === "airlock: port 0: want 1 to 65535 (invalid_argument)");
   await assert.rejects(c.portTunnel(sb.id, 8001), (e) => e instanceof APIError && e.status === 503);
   await assert.rejects(c.portTunnel("sb-0000000000000000", 8000), NotFoundError);
 });

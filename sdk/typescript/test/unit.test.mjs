@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as net from "node:net";
 import {
-  Airlock, APIError, ConnectionError, ERROR_CODES, ERROR_CLASSES, InvalidArgumentError, CommandNotFoundError, NotFoundError,
+  Airlock, AirlockError, APIError, ConnectionError, ERROR_CODES, ERROR_CLASSES, InvalidArgumentError, CommandNotFoundError, NotFoundError,
   ResourceExhaustedError, StreamCutError, TimeoutError, UnauthenticatedError, errorFromAnswer, parseHost, parseRetryAfter, defaultHost,
 } from "../dist/index.js";
 import { localServer, collect } from "./helpers.mjs";
@@ -25,7 +25,7 @@ test("parseHost takes the Go CLI's address forms and refuses the others with a m
     ["http://u:p@h:1", "no user, query or fragment"],
     ["http://h:1?x=1", "no user, query or fragment"],
   ]) {
-    assert.throws(() => parseHost(bad), (e) => e.message.includes(why) && e.message.includes(JSON.stringify(bad)), bad);
+    assert.throws(() => parseHost(bad), (e) => e instanceof AirlockError && e.message.includes(why) && e.message.includes(JSON.stringify(bad)), bad);
   }
 });
 
@@ -139,6 +139,20 @@ test("a server that never answers: TimeoutError at the call's timeout, and the d
   t.after(() => c2.close());
   await assert.rejects(c2.getSandbox("sb-1"), TimeoutError);
   for (const r of held) r.destroy();
+});
+
+test("a timeout past Node's longest timer (2^31-1 ms) waits, instead of firing at once", async (t) => {
+  const s = await localServer((req, res) => setTimeout(() => res.end('{"status":"ok"}'), 100));
+  t.after(s.close);
+  const month = 30 * 24 * 3600 * 1000;
+  const c = new Airlock({ host: s.url, timeoutMs: month });
+  t.after(() => c.close());
+  await c.health();
+  await c.health({ timeoutMs: 2 ** 31 });
+  // The control: a short timeout still fires.
+  const c2 = new Airlock({ host: s.url, timeoutMs: 20 });
+  t.after(() => c2.close());
+  await assert.rejects(c2.health(), TimeoutError);
 });
 
 test("an AbortSignal cancels a call with its reason", async (t) => {
