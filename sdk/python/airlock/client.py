@@ -14,6 +14,30 @@ from ._http import Response, Transport
 from ._stream import follow
 from . import _tar
 
+#: The longest timeout a call takes (ten years, as the daemon).
+MAX_SECONDS = 10 * 365 * 24 * 3600.0
+
+
+def check_seconds(name: str, v: Optional[float]) -> Optional[float]:
+    """v as a number of seconds (None: no bound), or InvalidArgument saying
+    what is wrong with it, before anything is sent."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise errors.InvalidArgument(f"{name}: {v!r} is not a number of seconds")
+    if v != v or v < 0 or v > MAX_SECONDS:
+        raise errors.InvalidArgument(f"{name}: {v!r} is not between 0 and {MAX_SECONDS:.0f} seconds")
+    return float(v)
+
+
+def body_of(name: str, data: Any) -> Any:
+    """data as a request body: bytes (str as UTF-8) or a binary file object."""
+    if isinstance(data, str):
+        return data.encode()
+    if isinstance(data, (bytes, bytearray, memoryview)) or hasattr(data, "read"):
+        return data
+    raise TypeError(f"{name}: want str, bytes or a binary file object, not {type(data).__name__}")
+
 #: Each operation of api/openapi.json: operationId -> (method of Client,
 #: HTTP method, path, query parameters). Client builds every request from
 #: this table; a test checks it against the OpenAPI document both ways.
@@ -114,6 +138,7 @@ class Client:
                  ssl_context: Optional[ssl.SSLContext] = None) -> None:
         if api_key is None:
             api_key = os.environ.get("AIRLOCK_API_KEY") or None
+        check_seconds("timeout", timeout)
         self._t = Transport(host, api_key, timeout=timeout, max_retries=max_retries,
                             max_retry_wait=max_retry_wait, ssl_context=ssl_context)
 
@@ -291,10 +316,11 @@ class Client:
     def _exec_request(cmd: Argv, env: Optional[Mapping[str, str]], cwd: Optional[str],
                       timeout_seconds: Optional[float], stdin: Optional[Data],
                       max_output_bytes: Optional[int]) -> models.ExecRequest:
-        if isinstance(stdin, str):
-            stdin = stdin.encode()
-        elif stdin is not None and not isinstance(stdin, (bytes, bytearray, memoryview)):
-            stdin = stdin.read()
+        check_seconds("timeout_seconds", timeout_seconds)
+        if stdin is not None:
+            stdin = body_of("stdin", stdin)
+            if not isinstance(stdin, (bytes, bytearray, memoryview)):
+                stdin = stdin.read()
         return models.ExecRequest(argv=argv_of(cmd), env=dict(env) if env else None, cwd=cwd,
                                   timeout_seconds=timeout_seconds,
                                   stdin=bytes(stdin) if stdin is not None else None,
@@ -325,6 +351,7 @@ class Client:
 
     def wait_process(self, id: str, pid: str, timeout_seconds: Optional[float] = None) -> models.Process:
         """Wait (at most timeout_seconds, the daemon's default 30, max 300) for the process."""
+        check_seconds("timeout_seconds", timeout_seconds)
         q = {"timeout_seconds": None if timeout_seconds is None else int(max(timeout_seconds, 0))}
         wait = 30.0 if timeout_seconds is None else timeout_seconds
         return models.Process.from_dict(self._json("waitProcess", {"id": id, "pid": pid}, q,
@@ -347,8 +374,7 @@ class Client:
 
     def write_stdin(self, id: str, pid: str, data: Data = b"", close: bool = False) -> None:
         """Append data to the process's stdin; close=True closes it after."""
-        if isinstance(data, str):
-            data = data.encode()
+        data = body_of("data", data)
         r = self._raw("writeStdin", {"id": id, "pid": pid}, {"close": True if close else None}, body=data,
                       headers={"Content-Type": "application/octet-stream"})
         r.read()
@@ -460,8 +486,7 @@ class Client:
 
     def write_file(self, id: str, path: str, data: Data, mode: Optional[int] = None) -> None:
         """Write a file atomically (bytes, str as UTF-8, or a binary file object)."""
-        if isinstance(data, str):
-            data = data.encode()
+        data = body_of("data", data)
         r = self._raw("writeFile", {"id": id}, {"path": path, "mode": None if mode is None else format(mode, "o")},
                       body=data, headers={"Content-Type": "application/octet-stream"})
         r.read()

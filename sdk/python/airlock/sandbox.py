@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from . import errors, models
 from ._tar import Extracted
 from ._ws import PTYSession
-from .client import Argv, Client, Data
+from .client import Argv, Client, Data, check_seconds
 
 _default: Optional[Client] = None
 _default_lock = threading.Lock()
@@ -82,6 +82,7 @@ class Process:
 
     def wait(self, timeout: Optional[float] = None) -> models.Process:
         """Wait until it exits (at most timeout seconds: then Timeout)."""
+        check_seconds("timeout", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = 300.0 if deadline is None else min(300.0, deadline - time.monotonic())

@@ -220,6 +220,36 @@ class TransportTest(unittest.TestCase):
             for x in conns:
                 x.close()
 
+    def test_bad_arguments_refused_before_sending(self):
+        # Timeouts that are not a number of seconds, and bodies of the
+        # wrong type, are the SDK's errors, not Python's (OverflowError,
+        # AttributeError), and nothing is sent; the controls go through.
+        def h(h, n):
+            body = b'{"process_id":"p1","exit_code":0,"stdout":"","stderr":"","duration_ms":1}'
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+        srv = Server(h)
+        try:
+            c = airlock.Client(srv.url, timeout=10)
+            for bad in (1e12, -1, float("nan"), "5", True):
+                with self.assertRaises(airlock.InvalidArgument, msg=repr(bad)):
+                    c.exec("sb-0123456789abcdef", ["true"], timeout_seconds=bad)
+            for bad in (-1, 1e12, "60"):
+                with self.assertRaises(airlock.InvalidArgument, msg=repr(bad)):
+                    airlock.Client(srv.url, timeout=bad)
+            with self.assertRaises(TypeError):
+                c.write_file("sb-0123456789abcdef", "x", 5)
+            with self.assertRaises(TypeError):
+                c.exec("sb-0123456789abcdef", ["cat"], stdin=5)
+            self.assertEqual(srv.requests, [])
+            self.assertEqual(c.exec("sb-0123456789abcdef", ["true"], timeout_seconds=30, stdin="x").exit_code, 0)
+            self.assertEqual(len(srv.requests), 1)
+        finally:
+            srv.close()
+
     def test_empty_ids_refused(self):
         c = airlock.Client("unix:///nonexistent/airlock.sock")
         with self.assertRaises(airlock.InvalidArgument):
