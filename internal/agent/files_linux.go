@@ -242,6 +242,12 @@ func writeAtomic(path string, mode os.FileMode, src io.Reader) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, ".airlock-write-*")
 	if err != nil {
+		// Named by the file asked for, not the temporary one (the
+		// directory cannot be written: read-only, or not ours).
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return &fs.PathError{Op: "write", Path: path, Err: pe.Err}
+		}
 		return err
 	}
 	ok := false

@@ -299,6 +299,8 @@ func testBackendService(t *testing.T, b serveBackend) {
 		// below).
 		if err := d.c.WriteFile(ctx, sb.ID, "/proc/airlock-test.txt", 0o640, strings.NewReader("no\n")); err == nil {
 			t.Fatal("write into /proc: no error")
+		} else if !strings.Contains(err.Error(), "/proc/airlock-test.txt") || strings.Contains(err.Error(), ".airlock-write") {
+			t.Errorf("write into /proc: %v, want the error to name the file asked for", err)
 		}
 		if err := d.c.Mkdir(ctx, sb.ID, "/workspace/dir", 0o755); err != nil {
 			t.Fatal(err)
