@@ -111,9 +111,14 @@ func (s *Server) wrap(rt api.Route, h handler, remote bool) http.Handler {
 				}
 			}
 			level := slog.LevelDebug
-			if rec.status >= 500 {
+			switch {
+			case r.Context().Err() != nil && errors.Is(err, context.Canceled):
+				// The client went away (a cancelled call, a closed
+				// stream): nothing went wrong here.
+				level = slog.LevelDebug
+			case rec.status >= 500:
 				level = slog.LevelError
-			} else if rec.status >= 400 {
+			case rec.status >= 400:
 				level = slog.LevelInfo
 			}
 			attrs := []any{"op", rt.Op, "method", r.Method, "path", r.URL.Path, "status", rec.status, "ms", float64(time.Since(start).Microseconds()) / 1000}

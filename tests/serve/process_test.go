@@ -603,3 +603,58 @@ func TestPTYBadStart(t *testing.T) {
 		t.Errorf("control: %+v, want exit 5", ex)
 	}
 }
+
+// TestCancelledFollowNotAnError: a client that stops following a process's
+// output (its call cancelled) is no error of the daemon's: no ERROR line
+// in its log, which MCP hosts and operators read as a fault. The control:
+// a request the daemon fails (a 500 would be) stays an ERROR; here a 4xx
+// is logged at INFO.
+func TestCancelledFollowNotAnError(t *testing.T) {
+	d := startDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	// Cancelled after some output, and before any (the answer's status not
+	// written yet: it was logged as a 500 at ERROR).
+	p, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sh", "-c", "echo started; exec sleep 600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet, err := d.c.StartProcess(ctx, sb.ID, &api.ExecRequest{Argv: []string{"sleep", "600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		fctx, cancel := context.WithCancel(ctx)
+		err := d.c.FollowOutput(fctx, sb.ID, p.ID, "", func(ev api.OutputEvent) error {
+			if ev.Kind == api.EventStdout {
+				cancel()
+			}
+			return nil
+		})
+		cancel()
+		if err == nil {
+			t.Fatal("a cancelled follow ended without an error")
+		}
+		fctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+		err = d.c.FollowOutput(fctx, sb.ID, quiet.ID, "", func(api.OutputEvent) error { return nil })
+		cancel()
+		if err == nil {
+			t.Fatal("a cancelled follow of a quiet process ended without an error")
+		}
+	}
+	_, err = d.c.GetProcess(ctx, sb.ID, "p999")
+	wantCode(t, "unknown process", err, http.StatusNotFound)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(d.Logs(), "op=getProcess") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	logs := d.Logs()
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, "level=ERROR") && strings.Contains(l, "op=processOutput") {
+			t.Errorf("a cancelled follow logged an error: %s", l)
+		}
+	}
+	if !strings.Contains(logs, "level=INFO msg=request op=getProcess") {
+		t.Errorf("control: the 404 is not logged at INFO:\n%s", tail(logs, 20))
+	}
+}
