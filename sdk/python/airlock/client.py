@@ -295,6 +295,9 @@ class Client:
 
     def fork_sandbox(self, id: str, count: int = 1, labels: Optional[Mapping[str, str]] = None) -> models.ForkResult:
         """count sandboxes from a snapshot of the sandbox's state, all or none."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            # The API reads a count of 0 as "not given": one sandbox.
+            raise errors.InvalidArgument(f"count: {count!r}: want 1 or more sandboxes")
         req = models.ForkRequest(count=count, labels=dict(labels) if labels else None)
         return models.ForkResult.from_dict(self._json("forkSandbox", {"id": id}, None, req.to_dict(),
                                                       timeout=self._plus(600.0)))

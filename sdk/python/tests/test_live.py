@@ -69,6 +69,9 @@ class SnapshotTest(Live):
             self.made.extend(kids)
             self.assertEqual(kids[0].exec("cat /workspace/a").text, "two\n")
             fr = self.c.fork_sandbox(sb.id, count=2)
+            for bad in (0, -1):
+                with self.assertRaises(airlock.InvalidArgument):
+                    sb.fork(bad)
             for f in fr.sandboxes:
                 self.made.append(airlock.Sandbox.get(f.id, client=self.c))
             self.assertEqual(len(fr.sandboxes), 2)

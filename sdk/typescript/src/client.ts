@@ -289,6 +289,10 @@ export class Airlock {
 
   /** count sandboxes from a snapshot of the sandbox's current state, all or none. */
   async forkSandbox(id: string, req: M.ForkRequest = {}, opts: CallOptions = {}): Promise<M.ForkResult> {
+    if (req.count !== undefined && !(Number.isInteger(req.count) && req.count >= 1)) {
+      // The API reads a count of 0 as "not given": one sandbox.
+      throw new InvalidArgumentError("invalid_argument", `count: ${req.count}: want 1 or more sandboxes`);
+    }
     return this.t.json({ method: "POST", path: sbPath(id, "/fork"), json: req, timeoutMs: this.longer(opts, 600), ...opts });
   }
 

@@ -367,6 +367,7 @@ test("snapshots: create, changes, fork, restore, delete; a name in use, an unkno
   t.after(async () => { for (const k of kids) await k.close(); });
   assert.equal((await kids[0].exec(["cat", "/workspace/a"])).stdout.toString(), "two\n");
   const fr = await c.forkSandbox(sb.id, { count: 2 });
+  for (const bad of [0, -1, 1.5]) await assert.rejects(sb.fork(bad), InvalidArgumentError);
   t.after(async () => {
     for (const f of fr.sandboxes) await c.deleteSandbox(f.id).catch(() => {});
     await c.deleteSnapshot(fr.snapshot.id).catch(() => {});
