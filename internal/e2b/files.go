@@ -61,7 +61,7 @@ type writtenEntry struct {
 }
 
 func (s *Server) download(w http.ResponseWriter, r *http.Request) {
-	p := r.URL.Query().Get("path")
+	p := home(r.URL.Query().Get("path"))
 	if err := manager.CheckPath("path", p); err != nil {
 		writeErr(w, status(err), err.Error())
 		return
@@ -100,7 +100,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 // over the cap leaves the previous file in place.
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	q := r.URL.Query().Get("path")
+	q := home(r.URL.Query().Get("path"))
 	fsys, err := s.m.Files(ctx, sandboxOf(ctx))
 	if err != nil {
 		writeErr(w, status(err), err.Error())
@@ -185,7 +185,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		}
 		p := q
 		if p == "" {
-			p = partFileName(part)
+			p = home(partFileName(part))
 		}
 		e, err := write(p, part)
 		part.Close()

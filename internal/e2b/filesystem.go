@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path"
 	"sort"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -29,6 +30,15 @@ const maxWatchEntries = 10000
 // are absolute in the sandbox or relative to /workspace, and resolve in the
 // sandbox's own view, so no path names a host file.
 type fsService struct{ s *Server }
+
+// home expands a leading ~ as envd does, to the user's home: here
+// /workspace, where relative paths and commands start.
+func home(p string) string {
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		return "/workspace" + p[1:]
+	}
+	return p
+}
 
 // absPath is a path as the sandbox sees it.
 func absPath(p string) string {
@@ -79,6 +89,7 @@ func (f *fsService) stat(ctx context.Context, fsys runtime.Files, p string) (*pb
 }
 
 func (f *fsService) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
+	req.Msg.Path = home(req.Msg.Path)
 	fsys, err := f.files(ctx, "path", req.Msg.Path)
 	if err != nil {
 		return nil, err
@@ -91,6 +102,7 @@ func (f *fsService) Stat(ctx context.Context, req *connect.Request[pb.StatReques
 }
 
 func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
+	req.Msg.Path = home(req.Msg.Path)
 	p := req.Msg.Path
 	fsys, err := f.files(ctx, "path", p)
 	if err != nil {
@@ -127,6 +139,7 @@ func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDir
 }
 
 func (f *fsService) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
+	req.Msg.Source, req.Msg.Destination = home(req.Msg.Source), home(req.Msg.Destination)
 	fsys, err := f.files(ctx, "source", req.Msg.Source)
 	if err != nil {
 		return nil, err
@@ -152,6 +165,7 @@ func (f *fsService) Move(ctx context.Context, req *connect.Request[pb.MoveReques
 }
 
 func (f *fsService) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
+	req.Msg.Path = home(req.Msg.Path)
 	p := req.Msg.Path
 	fsys, err := f.files(ctx, "path", p)
 	if err != nil {
@@ -191,6 +205,7 @@ func (f *fsService) ListDir(ctx context.Context, req *connect.Request[pb.ListDir
 }
 
 func (f *fsService) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
+	req.Msg.Path = home(req.Msg.Path)
 	fsys, err := f.files(ctx, "path", req.Msg.Path)
 	if err != nil {
 		return nil, err
@@ -240,6 +255,7 @@ func snapshot(ctx context.Context, fsys runtime.Files, dir string, recursive boo
 }
 
 func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDirRequest], stream *connect.ServerStream[pb.WatchDirResponse]) error {
+	req.Msg.Path = home(req.Msg.Path)
 	dir := req.Msg.Path
 	fsys, err := f.files(ctx, "path", dir)
 	if err != nil {
