@@ -68,8 +68,8 @@ func TestFiles(t *testing.T) {
 	if err != nil || len(entries) != 1 || entries[0].Name != "moved.bin" {
 		t.Fatalf("list: %+v %v", entries, err)
 	}
-	if err := fs.Remove(ctx, "data", false); !errors.Is(err, runtime.ErrExists) {
-		t.Errorf("removing a non-empty directory without recursive: %v", err)
+	if err := fs.Remove(ctx, "data", false); !errors.Is(err, errdefs.ErrConflict) || errors.Is(err, runtime.ErrExists) {
+		t.Errorf("removing a non-empty directory without recursive: %v, want failed precondition (not empty)", err)
 	}
 	if err := fs.Remove(ctx, "data", true); err != nil {
 		t.Fatal(err)
