@@ -1,5 +1,7 @@
 package policy
 
+import "strings"
+
 // defaultProtected lists the workspace paths that stay read-only inside the
 // sandbox unless a policy removes them (filesystem.protect.remove). They
 // are files that something outside the sandbox later executes or obeys
@@ -30,6 +32,10 @@ var defaultProtected = []struct{ path, reason string }{
 	// runs git in the workspace.
 	{".git/hooks", "hooks run on commit, checkout, merge, push"},
 	{".git/config", "core.hooksPath, core.fsmonitor, core.sshCommand, filters and aliases run commands"},
+	{".git/commondir", "points git at another directory's config and hooks"},
+	{".git/config.worktree", "per-worktree configuration: the same commands as .git/config"},
+	{".git/worktrees", "linked worktrees' configuration and commondir"},
+	{".git/modules", "submodules' repositories, with their own config and hooks"},
 	{".gitmodules", "submodule URLs and update commands"},
 
 	// CI: workflows run with the repository's secrets once pushed.
@@ -51,4 +57,25 @@ var defaultProtected = []struct{ path, reason string }{
 	{".windsurf", "Windsurf settings, rules and workflows"},
 	{".codex", "OpenAI Codex CLI configuration"},
 	{".gemini", "Gemini CLI settings and MCP servers"},
+}
+
+// placeholderFiles are protected paths whose placeholder, while they do not
+// exist (live workspaces), is a file with this content instead of an empty
+// directory: git reads them whenever they are there, and fails on a
+// directory, while these contents mean what their absence means (the
+// common directory is the git directory itself; no per-worktree settings).
+var placeholderFiles = map[string]string{
+	".git/commondir":       ".\n",
+	".git/config.worktree": "",
+}
+
+// PlaceholderFile says whether the placeholder of p, a workspace-relative
+// path or the host path of one, is a file, and its content.
+func PlaceholderFile(p string) (content string, ok bool) {
+	for rel, content := range placeholderFiles {
+		if p == rel || strings.HasSuffix(p, "/"+rel) {
+			return content, true
+		}
+	}
+	return "", false
 }

@@ -47,6 +47,9 @@ try mvhooks mv .git/hooks .git/hooks2
 try lnhooks sh -c 'rm -rf .git/hooks && ln -s /tmp .git/hooks'
 try envrc sh -c 'echo "curl evil" > .envrc'
 try workflows sh -c 'mkdir -p .github/workflows && echo x > .github/workflows/x.yml'
+try commondir sh -c 'mkdir -p .cache/x && echo ../.cache/x > .git/commondir'
+try worktreecfg sh -c 'printf "[core]\n\tfsmonitor = evil\n" > .git/config.worktree'
+try modules sh -c 'mkdir -p .git/modules/m/hooks && echo x > .git/modules/m/hooks/post-checkout'
 try ctl_src sh -c 'echo "print(2)" > src/main.py'
 try ctl_objects sh -c 'echo x > .git/objects/x'
 try ctl_new sh -c 'echo x > notes.txt'
@@ -74,7 +77,7 @@ func TestWorkspaceProtection(t *testing.T) {
 	r := sh(t, o, []string{"--workspace", ws}, protectScript)
 	mustOK(t, r, "probe")
 	checkProtection(t, r, ws, before, []string{"hook", "hook_chmod", "config", "config_rm", "bashrc", "mvgit", "mvhooks", "lnhooks"},
-		[]string{"vscode", "mcp", "claude", "envrc", "workflows"})
+		[]string{"vscode", "mcp", "claude", "envrc", "workflows", "commondir", "worktreecfg", "modules"})
 	if b, _ := os.ReadFile(filepath.Join(ws, "src/main.py")); string(b) != "print(2)\n" {
 		t.Errorf("control: src/main.py on the host = %q", b)
 	}
@@ -100,7 +103,7 @@ func checkProtection(t *testing.T, r result, ws string, before map[string]string
 		}
 	}
 	if !liveWorkspace() {
-		for _, p := range []string{".vscode", ".mcp.json", ".claude", ".envrc", ".github/workflows"} {
+		for _, p := range []string{".vscode", ".mcp.json", ".claude", ".envrc", ".github/workflows", ".git/commondir", ".git/config.worktree", ".git/modules"} {
 			if !strings.Contains(r.stderr, p) {
 				t.Errorf("%s not reported as kept aside\n%s", p, r)
 			}
@@ -124,7 +127,8 @@ func checkHostWorkspace(t *testing.T, ws string, before map[string]string) {
 			t.Errorf("host %s changed", p)
 		}
 	}
-	for _, p := range []string{".git/hooks/pre-commit", ".git2", ".git/hooks2", ".envrc", ".github", ".vscode", ".mcp.json", ".claude", ".idea", ".cursor", ".profile", ".zshrc", ".gitmodules"} {
+	for _, p := range []string{".git/hooks/pre-commit", ".git2", ".git/hooks2", ".envrc", ".github", ".vscode", ".mcp.json", ".claude", ".idea", ".cursor", ".profile", ".zshrc", ".gitmodules",
+		".git/commondir", ".git/config.worktree", ".git/modules", ".git/worktrees"} {
 		if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
 			t.Errorf("host workspace has %s after the run", p)
 		}

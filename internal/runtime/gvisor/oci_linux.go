@@ -284,7 +284,7 @@ func protect(ws string, paths []string, withPlaceholders bool) (placeholders []s
 				if _, err := os.Lstat(p); err == nil {
 					continue
 				}
-				if err := os.Mkdir(p, 0o755); err != nil {
+				if err := native.MakePlaceholder(p); err != nil {
 					return placeholders, nil, err
 				}
 				placeholders = append(placeholders, p)

@@ -536,7 +536,7 @@ func (sb *sandbox) Destroy(ctx context.Context) error {
 			}
 		}
 		for i := len(sb.placeholders) - 1; i >= 0; i-- {
-			os.Remove(sb.placeholders[i]) // only if still empty
+			native.RemovePlaceholder(sb.placeholders[i]) // only if still one
 		}
 		if err := unmountWorkspace(sb.dir); err != nil {
 			// Never remove through a workspace mount (see

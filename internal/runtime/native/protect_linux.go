@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
+
+	"github.com/airlock-dev/airlock/internal/policy"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,7 +20,8 @@ import (
 // placeholder directory (created in the host workspace) mounted read-only,
 // so the sandbox cannot create it. Placeholders are directories even where
 // the protected name is a file (.mcp.json): git does not track empty
-// directories, so `git add -A` inside or outside cannot commit them. Every directory between the workspace and a
+// directories, so `git add -A` inside or outside cannot commit them; the
+// exceptions are files git reads in .git (policy.PlaceholderFile). Every directory between the workspace and a
 // protected path is pinned (bind-mounted onto itself): a mount point cannot
 // be renamed or removed, so the sandbox cannot move `.git` aside and plant a
 // fresh `.git/hooks`. It returns the placeholders it created, relative to ws.
@@ -47,7 +50,7 @@ func protect(ws string, paths []string, placeholders bool) ([]string, error) {
 				if !placeholders {
 					break
 				}
-				if err := os.Mkdir(next, 0o755); err != nil {
+				if err := MakePlaceholder(next); err != nil {
 					return created, fmt.Errorf("protect %s: %w", rel, err)
 				}
 				created = append(created, strings.TrimPrefix(next, ws+"/"))
@@ -92,4 +95,47 @@ func protect(ws string, paths []string, placeholders bool) ([]string, error) {
 		}
 	}
 	return created, nil
+}
+
+// MakePlaceholder creates the placeholder of the missing workspace path
+// full: an empty directory, or the file policy.PlaceholderFile gives.
+func MakePlaceholder(full string) error {
+	content, ok := policy.PlaceholderFile(full)
+	if !ok {
+		return os.Mkdir(full, 0o755)
+	}
+	f, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(content)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(full)
+	}
+	return err
+}
+
+// RemovePlaceholder removes the placeholder full if it is still one: an
+// empty directory or file, or a file placeholder as it was made.
+func RemovePlaceholder(full string) {
+	fi, err := os.Lstat(full)
+	if err != nil {
+		return
+	}
+	switch {
+	case fi.IsDir():
+		os.Remove(full) // fails, as it should, on a non-empty directory
+	case !fi.Mode().IsRegular():
+	case fi.Size() == 0:
+		os.Remove(full)
+	default:
+		if content, ok := policy.PlaceholderFile(full); ok && fi.Size() == int64(len(content)) {
+			if b, err := os.ReadFile(full); err == nil && string(b) == content {
+				os.Remove(full)
+			}
+		}
+	}
 }

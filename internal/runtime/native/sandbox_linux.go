@@ -457,14 +457,7 @@ func removePlaceholders(ws string, rel []string) {
 		if filepath.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") {
 			continue
 		}
-		full := filepath.Join(ws, p)
-		fi, err := os.Lstat(full)
-		if err != nil {
-			continue
-		}
-		if fi.IsDir() || (fi.Mode().IsRegular() && fi.Size() == 0) {
-			os.Remove(full) // fails, as it should, on a non-empty directory
-		}
+		RemovePlaceholder(filepath.Join(ws, p))
 	}
 }
 
