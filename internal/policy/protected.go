@@ -37,6 +37,11 @@ var defaultProtected = []struct{ path, reason string }{
 	{".git/worktrees", "linked worktrees' configuration and commondir"},
 	{".git/modules", "submodules' repositories, with their own config and hooks"},
 	{".gitmodules", "submodule URLs and update commands"},
+	// The same settings for every repository, when the workspace is (or is
+	// later used as) a home directory; ssh's config runs ProxyCommand.
+	{".gitconfig", "the user's git configuration: core.fsmonitor, core.hooksPath, aliases"},
+	{".config/git", "the user's git configuration (XDG): config, attributes, hooks"},
+	{".ssh", "ssh client configuration (ProxyCommand, LocalCommand) and authorized keys"},
 
 	// CI: workflows run with the repository's secrets once pushed.
 	{".github/workflows", "GitHub Actions workflows run with repository secrets"},
@@ -67,6 +72,7 @@ var defaultProtected = []struct{ path, reason string }{
 var placeholderFiles = map[string]string{
 	".git/commondir":       ".\n",
 	".git/config.worktree": "",
+	".gitconfig":           "",
 }
 
 // PlaceholderFile says whether the placeholder of p, a workspace-relative

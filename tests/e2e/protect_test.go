@@ -50,6 +50,8 @@ try workflows sh -c 'mkdir -p .github/workflows && echo x > .github/workflows/x.
 try commondir sh -c 'mkdir -p .cache/x && echo ../.cache/x > .git/commondir'
 try worktreecfg sh -c 'printf "[core]\n\tfsmonitor = evil\n" > .git/config.worktree'
 try modules sh -c 'mkdir -p .git/modules/m/hooks && echo x > .git/modules/m/hooks/post-checkout'
+try gitconfig sh -c 'printf "[core]\n\tfsmonitor = evil\n" > .gitconfig'
+try ssh sh -c 'mkdir -p .ssh && echo "ProxyCommand evil" > .ssh/config'
 try ctl_src sh -c 'echo "print(2)" > src/main.py'
 try ctl_objects sh -c 'echo x > .git/objects/x'
 try ctl_new sh -c 'echo x > notes.txt'
@@ -77,7 +79,7 @@ func TestWorkspaceProtection(t *testing.T) {
 	r := sh(t, o, []string{"--workspace", ws}, protectScript)
 	mustOK(t, r, "probe")
 	checkProtection(t, r, ws, before, []string{"hook", "hook_chmod", "config", "config_rm", "bashrc", "mvgit", "mvhooks", "lnhooks"},
-		[]string{"vscode", "mcp", "claude", "envrc", "workflows", "commondir", "worktreecfg", "modules"})
+		[]string{"vscode", "mcp", "claude", "envrc", "workflows", "commondir", "worktreecfg", "modules", "gitconfig", "ssh"})
 	if b, _ := os.ReadFile(filepath.Join(ws, "src/main.py")); string(b) != "print(2)\n" {
 		t.Errorf("control: src/main.py on the host = %q", b)
 	}
@@ -103,7 +105,7 @@ func checkProtection(t *testing.T, r result, ws string, before map[string]string
 		}
 	}
 	if !liveWorkspace() {
-		for _, p := range []string{".vscode", ".mcp.json", ".claude", ".envrc", ".github/workflows", ".git/commondir", ".git/config.worktree", ".git/modules"} {
+		for _, p := range []string{".vscode", ".mcp.json", ".claude", ".envrc", ".github/workflows", ".git/commondir", ".git/config.worktree", ".git/modules", ".gitconfig", ".ssh"} {
 			if !strings.Contains(r.stderr, p) {
 				t.Errorf("%s not reported as kept aside\n%s", p, r)
 			}
@@ -128,7 +130,7 @@ func checkHostWorkspace(t *testing.T, ws string, before map[string]string) {
 		}
 	}
 	for _, p := range []string{".git/hooks/pre-commit", ".git2", ".git/hooks2", ".envrc", ".github", ".vscode", ".mcp.json", ".claude", ".idea", ".cursor", ".profile", ".zshrc", ".gitmodules",
-		".git/commondir", ".git/config.worktree", ".git/modules", ".git/worktrees"} {
+		".git/commondir", ".git/config.worktree", ".git/modules", ".git/worktrees", ".gitconfig", ".ssh", ".config"} {
 		if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
 			t.Errorf("host workspace has %s after the run", p)
 		}

@@ -131,7 +131,7 @@ func TestRootlessProtection(t *testing.T) {
 	changesEnv(t, &o)
 	r := sh(t, o, []string{"--workspace", ws}, protectScript)
 	mustOK(t, r, "probe")
-	checkProtection(t, r, ws, before, []string{"hook", "config", "bashrc", "mvgit", "mvhooks"}, []string{"vscode", "mcp", "claude", "envrc", "workflows", "commondir", "worktreecfg", "modules"})
+	checkProtection(t, r, ws, before, []string{"hook", "config", "bashrc", "mvgit", "mvhooks"}, []string{"vscode", "mcp", "claude", "envrc", "workflows", "commondir", "worktreecfg", "modules", "gitconfig", "ssh"})
 	// Without AIRLOCK_CHANGES_DIR and with no usable home, nobody's runs
 	// keep their changes in a private directory of their own.
 	o = nobody(t)
