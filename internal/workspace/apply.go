@@ -264,6 +264,11 @@ func (a *applier) dir(up, host int, rel string) {
 			}
 			if hostIsDir {
 				if !a.remove(host, name, p) {
+					// Something under the host's directory stays (changed
+					// on the host, protected, or failed): the sandbox's
+					// file cannot take its place, and is kept with the
+					// conflicts rather than dropped.
+					a.aside(up, name, p, a.run.Conflicts(), &a.rep.Conflicts)
 					continue
 				}
 			}

@@ -361,3 +361,43 @@ func TestReviewChanges(t *testing.T) {
 		t.Errorf("Changes consumed the upper layer: %v", err)
 	}
 }
+
+// A directory the sandbox replaced by a file, with a file under it changed
+// on the host: the host's changed file stays, and the sandbox's file is kept
+// with the conflicts (it was dropped, and the report named a conflicts
+// directory that did not exist). The control: the same replacement with no
+// host change lands.
+func TestApplyDirReplacedByFileConflict(t *testing.T) {
+	needRoot(t)
+	for _, hostEdit := range []bool{true, false} {
+		_, ws := newRun(t, "")
+		write(t, filepath.Join(ws, "d/f"), "f\n")
+		write(t, filepath.Join(ws, "d/sub/g"), "g\n")
+		r := create(t, "00000000000000c1", ws)
+		up := r.Upper()
+		write(t, filepath.Join(up, "d"), "SANDBOX\n")
+		if hostEdit {
+			tick(t, r)
+			write(t, filepath.Join(ws, "d/sub/g"), "host edit\n")
+		}
+		rep, err := r.Apply()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !hostEdit {
+			if got := read(t, filepath.Join(ws, "d")); got != "SANDBOX\n" || len(rep.Conflicts) != 0 {
+				t.Errorf("control: d = %q, conflicts %v", got, rep.Conflicts)
+			}
+			continue
+		}
+		if got := read(t, filepath.Join(ws, "d/sub/g")); got != "host edit\n" {
+			t.Errorf("the host's changed file: %q", got)
+		}
+		if got := read(t, filepath.Join(r.Conflicts(), "d")); got != "SANDBOX\n" {
+			t.Errorf("the sandbox's file among the conflicts: %q", got)
+		}
+		if !slices.Contains(rep.Conflicts, "d") {
+			t.Errorf("conflicts %v do not name d", rep.Conflicts)
+		}
+	}
+}
