@@ -129,7 +129,9 @@ func (a *applier) aboveProtected(rel string) bool {
 }
 
 // changed reports whether the host entry changed since the run started.
-func (a *applier) changed(st *unix.Stat_t) bool { return st.Ctim.Nano() > a.run.StartNS }
+func (a *applier) changed(rel string, st *unix.Stat_t) bool {
+	return st.Ctim.Nano() > a.run.StartNS && !a.j.ours(rel, st)
+}
 
 func (a *applier) dir(up, host int, rel string) {
 	names, err := readNames(up)
@@ -169,7 +171,7 @@ func (a *applier) dir(up, host int, rel string) {
 		switch {
 		case whiteout:
 			if exists {
-				if !hostIsDir && a.changed(&hst) {
+				if !hostIsDir && a.changed(p, &hst) {
 					a.rep.Conflicts = append(a.rep.Conflicts, p+" (deleted in the sandbox, changed on the host: host's kept)")
 				} else {
 					a.remove(host, name, p)
@@ -182,7 +184,7 @@ func (a *applier) dir(up, host int, rel string) {
 				continue
 			}
 			if exists && !hostIsDir {
-				if a.changed(&hst) {
+				if a.changed(p, &hst) {
 					a.aside(up, name, p, a.run.Conflicts(), &a.rep.Conflicts)
 					continue
 				}
@@ -258,7 +260,7 @@ func (a *applier) dir(up, host int, rel string) {
 				a.fail(p, errors.New("an overlay metacopy entry; not applied"))
 				continue
 			}
-			if exists && a.changed(&hst) {
+			if exists && a.changed(p, &hst) {
 				a.aside(up, name, p, a.run.Conflicts(), &a.rep.Conflicts)
 				continue
 			}
@@ -386,7 +388,7 @@ func (a *applier) remove(host int, name, rel string) bool {
 		return errors.Is(err, unix.ENOENT)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		if a.changed(&st) {
+		if a.changed(rel, &st) {
 			a.rep.Conflicts = append(a.rep.Conflicts, rel+" (deleted in the sandbox, changed on the host: host's kept)")
 			return false
 		}

@@ -401,3 +401,46 @@ func TestApplyDirReplacedByFileConflict(t *testing.T) {
 		}
 	}
 }
+
+// An apply interrupted after it saved a host file into its journal (a hard
+// link, which moves the file's change time) and resumed: the file is
+// applied, not taken for a change of the host's (the retry reported a
+// conflict and left it unapplied). The control: a host edit made after
+// the interruption is still a conflict.
+func TestApplyResumedAfterSave(t *testing.T) {
+	needRoot(t)
+	for _, hostEdit := range []bool{false, true} {
+		_, ws := newRun(t, "")
+		write(t, filepath.Join(ws, "d/f"), "host-orig\n")
+		r := create(t, "00000000000000c2", ws)
+		write(t, filepath.Join(r.Upper(), "d/f"), "sandbox-new\n")
+		tick(t, r)
+		// The first attempt saved d/f and stopped there.
+		j, err := r.openJournal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := unix.Open(filepath.Join(ws, "d"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := j.before(d, "f", "d/f"); err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(d)
+		j.close()
+		want := "sandbox-new\n"
+		if hostEdit {
+			tick(t, r)
+			write(t, filepath.Join(ws, "d/f"), "host-edit\n")
+			want = "host-edit\n"
+		}
+		rep, err := r.Apply()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := read(t, filepath.Join(ws, "d/f")); got != want || (len(rep.Conflicts) > 0) != hostEdit {
+			t.Errorf("host edit %v: d/f = %q, conflicts %v", hostEdit, got, rep.Conflicts)
+		}
+	}
+}

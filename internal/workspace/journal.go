@@ -55,6 +55,21 @@ type journal struct {
 	data int // journal/data
 	seq  int
 	err  error
+	// saved holds, by path, what an earlier, interrupted attempt of this
+	// apply recorded of the host file before changing it ("pre").
+	saved map[string]jEntry
+}
+
+// ours reports whether the host entry at rel (st) is one an earlier
+// attempt of this apply saved and left as it was: its hard link into the
+// journal moved the entry's change time, which is no change of the host's.
+func (j *journal) ours(rel string, st *unix.Stat_t) bool {
+	if j == nil {
+		return false
+	}
+	e, ok := j.saved[rel]
+	return ok && e.Ino == st.Ino && e.Mtime == st.Mtim.Nano() && e.Mode == st.Mode&0o7777 &&
+		e.UID == int(st.Uid) && e.GID == int(st.Gid)
 }
 
 // Journal is the directory of the run's apply journal.
@@ -70,10 +85,14 @@ func (r *Run) openJournal() (*journal, error) {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
 	seq := 0
+	saved := map[string]jEntry{}
 	if old, err := readJournal(dir); err == nil {
 		for _, e := range old {
 			if e.Seq > seq {
 				seq = e.Seq
+			}
+			if _, seen := saved[e.Path]; e.Op == "pre" && e.Data != "" && !seen {
+				saved[e.Path] = e
 			}
 		}
 	}
@@ -97,7 +116,7 @@ func (r *Run) openJournal() (*journal, error) {
 		f.Close()
 		return nil, fmt.Errorf("journal: %w", err)
 	}
-	return &journal{f: f, data: d, seq: seq}, nil
+	return &journal{f: f, data: d, seq: seq, saved: saved}, nil
 }
 
 func (j *journal) close() {
