@@ -207,7 +207,9 @@ func (a *applier) dir(up, host int, rel string) {
 					a.fail(p, err)
 					continue
 				}
-				if err := unix.Mkdirat(host, name, mode); err != nil {
+				// Writable by its owner until its contents are in: its
+				// own mode comes last (below).
+				if err := unix.Mkdirat(host, name, 0o700); err != nil {
 					a.fail(p, err)
 					continue
 				}
@@ -218,20 +220,8 @@ func (a *applier) dir(up, host int, rel string) {
 				a.fail(p, err)
 				continue
 			}
-			var cst unix.Stat_t
 			if !exists {
 				a.own(child, a.run.UID, a.run.GID)
-				if unix.Fstat(child, &cst) == nil && uint32(cst.Mode&0o1777) != mode {
-					unix.Fchmod(child, mode)
-				}
-				a.j.done(seq, host, name)
-			} else if unix.Fstat(child, &cst) == nil && uint32(cst.Mode&0o1777) != mode {
-				if seq, err = a.j.before(host, name, p); err != nil {
-					unix.Close(child)
-					a.fail(p, err)
-					continue
-				}
-				unix.Fchmod(child, mode)
 				a.j.done(seq, host, name)
 			}
 			cup, err := unix.Openat(up, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -243,13 +233,37 @@ func (a *applier) dir(up, host int, rel string) {
 			if exists && isOpaque(up, name) {
 				a.clearOpaque(cup, child, p)
 			}
+			// Its entries are moved out of the upper layer: a directory
+			// the sandbox made read-only there refuses that to anyone
+			// but root, so it is writable meanwhile, then as it was.
+			lockedUp := !a.root && ust.Mode&0o200 == 0
+			if lockedUp {
+				unix.Fchmod(cup, uint32(ust.Mode&0o7777)|0o700)
+			}
 			a.dir(cup, child, p)
+			if lockedUp {
+				unix.Fchmod(cup, uint32(ust.Mode&0o7777))
+			}
 			unix.Close(cup)
+			removed := false
 			if !exists && a.aboveProtected(p) {
 				// Made only to hold what was kept aside (mkdir -p
 				// .git/hooks): not left empty on the host.
 				if names, err := readNames(child); err == nil && len(names) == 0 && unix.Unlinkat(host, name, unix.AT_REMOVEDIR) == nil {
 					a.rep.Applied = slices.DeleteFunc(a.rep.Applied, func(s string) bool { return s == p+"/" })
+					removed = true
+				}
+			}
+			// The directory's mode once its contents are in: one the
+			// sandbox made read-only (0555, a Go module cache) would
+			// refuse them to anyone but root.
+			var cst unix.Stat_t
+			if !removed && unix.Fstat(child, &cst) == nil && uint32(cst.Mode&0o1777) != mode {
+				if seq, err := a.j.before(host, name, p); err != nil {
+					a.fail(p, err)
+				} else {
+					unix.Fchmod(child, mode)
+					a.j.done(seq, host, name)
 				}
 			}
 			unix.Close(child)

@@ -118,6 +118,36 @@ out("id", os.getuid())
 	}
 }
 
+// Rootless, directories the sandbox made or left read-only are applied
+// with their contents (a directory's mode was set before its contents,
+// which nobody but root may then write: the run failed with "permission
+// denied" and left ex at 0555 without its changes). The control: a
+// directory left writable.
+func TestRootlessReadOnlyDirApply(t *testing.T) {
+	o := nobody(t)
+	ws := nobodyDir(t)
+	if err := os.MkdirAll(filepath.Join(ws, "ex"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(ws, "ex/e"), []byte("e\n"), 0o644)
+	filepath.Walk(ws, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, nobodyID, nobodyID) })
+	changesEnv(t, &o)
+	r := sh(t, o, []string{"--workspace", ws}, "mkdir ro rw && echo a > ro/f && echo b > rw/f && chmod 555 ro && echo m >> ex/e && echo n > ex/n && chmod 555 ex")
+	mustOK(t, r, "read-only directories")
+	for p, want := range map[string]string{"ro/f": "a\n", "rw/f": "b\n", "ex/e": "e\nm\n", "ex/n": "n\n"} {
+		if b, err := os.ReadFile(filepath.Join(ws, p)); err != nil || string(b) != want {
+			t.Errorf("%s on the host: %q %v", p, b, err)
+		}
+	}
+	for p, want := range map[string]os.FileMode{"ro": 0o555, "ex": 0o555, "rw": 0o755} {
+		if fi, err := os.Stat(filepath.Join(ws, p)); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s's mode on the host: %v %v, want %v", p, fi.Mode().Perm(), err, want)
+		}
+	}
+	os.Chmod(filepath.Join(ws, "ro"), 0o755)
+	os.Chmod(filepath.Join(ws, "ex"), 0o755)
+}
+
 // Workspace protection as nobody.
 func TestRootlessProtection(t *testing.T) {
 	o := nobody(t)
