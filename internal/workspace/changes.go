@@ -243,11 +243,11 @@ func (c *lister) addDiff(ch *Change, up int, name string, old []byte, hasOld boo
 		ch.Binary = true
 		return
 	}
-	oldName := "a/" + ch.Path
+	oldName := diffName("a/" + ch.Path)
 	if !hasOld {
 		oldName = "/dev/null"
 	}
-	ch.Diff = UnifiedDiff(oldName, "b/"+ch.Path, string(old), string(newData))
+	ch.Diff = UnifiedDiff(oldName, diffName("b/"+ch.Path), string(old), string(newData))
 }
 
 func isText(b []byte) bool { return utf8.Valid(b) && bytes.IndexByte(b, 0) < 0 }

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -135,6 +136,19 @@ func splitLines(s string) []string {
 		}
 	}
 	return lines
+}
+
+// diffName is a file name for a diff's header, quoted as git quotes one
+// ("a/x\ny") when it holds a control character, a quote or a backslash:
+// the sandbox chose it, and a newline in it would add lines of its own
+// making to the diff (a forged hunk).
+func diffName(s string) string {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == '"' || r == '\\' {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // UnifiedDiff is a unified diff (3 lines of context) from old to new, with
