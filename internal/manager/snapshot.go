@@ -311,8 +311,8 @@ func (m *Manager) makeRoom(ctx context.Context, need int64) error {
 		if used+need <= q {
 			break
 		}
-		if sn.Labels[forkLabel] == "" || inUse[sn.ID] {
-			continue
+		if sn.Labels[forkLabel] == "" || sn.Name != sn.ID || inUse[sn.ID] {
+			continue // named snapshots (an unnamed one is named by its id) are never collected
 		}
 		if err := m.removeSnapshot(ctx, sn); err != nil {
 			return err
@@ -339,10 +339,17 @@ func (m *Manager) removeSnapshot(ctx context.Context, sn *store.Snapshot) error 
 // CreateSnapshot snapshots a sandbox's workspace and root layer.
 func (m *Manager) CreateSnapshot(ctx context.Context, id string, req *api.CreateSnapshotRequest) (api.Snapshot, error) {
 	if req.Name != "" && (!snapName(req.Name) || strings.HasPrefix(req.Name, "snap-")) {
-		return api.Snapshot{}, invalid("name %s: want 1-128 letters, digits, '.', '_' or '-', not starting with snap-", errdefs.Quote(req.Name))
+		return api.Snapshot{}, invalid("name %s: want 1-128 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit, not with snap-", errdefs.Quote(req.Name))
 	}
 	if err := checkLabels(req.Labels); err != nil {
 		return api.Snapshot{}, err
+	}
+	for k := range req.Labels {
+		if strings.HasPrefix(k, "airlock.") {
+			// The daemon's own: airlock.fork marks snapshots it may
+			// collect.
+			return api.Snapshot{}, invalid("labels: %s: keys starting with airlock. are the daemon's", errdefs.Quote(k))
+		}
 	}
 	return m.takeSnapshot(ctx, id, req.Name, req.Labels)
 }

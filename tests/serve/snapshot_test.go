@@ -97,6 +97,16 @@ func TestSnapshotRestore(t *testing.T) {
 
 	_, err = d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "s1"})
 	wantCode(t, "snapshot name in use", err, http.StatusConflict)
+	// The daemon's label keys are its own: airlock.fork made a named
+	// snapshot one the quota's collector deleted (the control: "k" above).
+	for _, k := range []string{"airlock.fork", "airlock.anything"} {
+		_, err = d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "precious", Labels: map[string]string{k: "mine"}})
+		wantCode(t, "snapshot label "+k, err, http.StatusBadRequest)
+	}
+	_, err = d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: ".x"})
+	if wantCode(t, "snapshot name .x", err, http.StatusBadRequest); err == nil || !strings.Contains(err.Error(), "starting with a letter or digit") {
+		t.Errorf("a name starting with '.': %v, want the rule said", err)
+	}
 	if _, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "s2"}); err != nil {
 		t.Fatalf("control: a fresh name: %v", err)
 	}
