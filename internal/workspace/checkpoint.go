@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -315,6 +316,11 @@ type copier struct {
 	entries int
 	bytes   int64
 	buf     []byte
+	// root is the destination tree's directory; linked maps a source
+	// file with several links to where its first name was copied
+	// (relative to root), so that the others are links to it again.
+	root   int
+	linked map[[2]uint64]string
 }
 
 func (c *copier) tree(src, dst string) error {
@@ -335,14 +341,16 @@ func (c *copier) tree(src, dst string) error {
 		return err
 	}
 	defer unix.Close(d)
-	if err := c.dir(s, d); err != nil {
+	c.root, c.linked = d, map[[2]uint64]string{}
+	if err := c.dir(s, d, ""); err != nil {
 		return err
 	}
 	return c.attrs(s, d, "", "", &st)
 }
 
-// dir copies the entries of directory s into directory d.
-func (c *copier) dir(s, d int) error {
+// dir copies the entries of directory s into directory d, which is rel
+// in the destination tree.
+func (c *copier) dir(s, d int, rel string) error {
 	names, err := readNames(s)
 	if err != nil {
 		return err
@@ -367,7 +375,7 @@ func (c *copier) dir(s, d int) error {
 				unix.Close(cs)
 				return err
 			}
-			err = c.dir(cs, cd)
+			err = c.dir(cs, cd, path.Join(rel, name))
 			if err == nil {
 				err = c.attrs(cs, cd, "", "", &st)
 			}
@@ -378,8 +386,21 @@ func (c *copier) dir(s, d int) error {
 			}
 			continue
 		case unix.S_IFREG:
+			key := [2]uint64{uint64(st.Dev), st.Ino}
+			if first, ok := c.linked[key]; ok && st.Nlink > 1 {
+				// Another name of a file copied already: a link to it,
+				// as in the source (a copy would double its size and
+				// split what writes through one name show in the other).
+				if err := unix.Linkat(c.root, first, d, name, 0); err != nil {
+					return fmt.Errorf("%q: link to %q: %w", name, first, err)
+				}
+				continue
+			}
 			if err := c.file(s, d, name, &st); err != nil {
 				return fmt.Errorf("%q: %w", name, err)
+			}
+			if st.Nlink > 1 && c.linked != nil {
+				c.linked[key] = path.Join(rel, name)
 			}
 			continue
 		case unix.S_IFLNK:
@@ -570,7 +591,9 @@ func copyXattrs(src, dst string, fd bool) error {
 	}
 	val := make([]byte, 4096)
 	for _, name := range strings.Split(string(buf[:size]), "\x00") {
-		if !strings.HasPrefix(name, "user.overlay.") && !strings.HasPrefix(name, "trusted.overlay.") {
+		// The overlay's own attributes, and the user's (user.*, as the
+		// files had them); not security.* or other trusted ones.
+		if !strings.HasPrefix(name, "user.") && !strings.HasPrefix(name, "trusted.overlay.") {
 			continue
 		}
 		n, err := get(src, name, val)

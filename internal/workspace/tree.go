@@ -78,7 +78,8 @@ func CopyInto(src, dst string) (CopyStats, error) {
 	if err := unix.Fstat(s, &st); err != nil {
 		return CopyStats{}, err
 	}
-	if err := c.dir(s, d); err != nil {
+	c.root, c.linked = d, map[[2]uint64]string{}
+	if err := c.dir(s, d, ""); err != nil {
 		return CopyStats{Entries: c.entries, Bytes: c.bytes}, err
 	}
 	err = c.attrs(s, d, "", "", &st)

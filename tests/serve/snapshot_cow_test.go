@@ -428,3 +428,33 @@ func TestSnapshotCloneFreesOrphans(t *testing.T) {
 		}
 	}
 }
+
+// Snapshots copied file by file (the root layer always; the workspace with
+// copy_on_write: off) keep hard links and user extended attributes: a fork
+// had two files for one with two names, and no user.* attribute. The
+// control: a file with one name is a file of its own.
+func TestSnapshotCopyKeepsLinksAndXattrs(t *testing.T) {
+	d := snapDaemon(t, "copy_on_write: off")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	const setup = `set -e
+for dir in /workspace /usr/local/lib/t; do
+  mkdir -p $dir/sub && head -c 100000 /dev/urandom > $dir/a && ln $dir/a $dir/sub/b && echo one > $dir/single
+  python3 -c "import os,sys; os.setxattr(sys.argv[1], 'user.k', b'v')" $dir/a
+done`
+	d.sh(t, sb.ID, setup)
+	fr, err := d.c.Fork(ctx, sb.ID, &api.ForkRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const check = `for dir in /workspace /usr/local/lib/t; do
+  echo $(stat -c '%h' $dir/a) $( [ $(stat -c %i $dir/a) = $(stat -c %i $dir/sub/b) ] && echo same || echo split ) $(stat -c '%h' $dir/single) $(python3 -c "import os,sys; print(os.getxattr(sys.argv[1], 'user.k').decode())" $dir/sub/b)
+done`
+	want := "2 same 1 v\n2 same 1 v\n"
+	if got := d.sh(t, sb.ID, check); got != want {
+		t.Fatalf("the source: %q", got)
+	}
+	if got := d.sh(t, fr.Sandboxes[0].ID, check); got != want {
+		t.Errorf("the fork: %q, want %q (links, shared inode, a single file's links, user.k)", got, want)
+	}
+}
