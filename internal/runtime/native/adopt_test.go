@@ -4,6 +4,7 @@ package native_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,8 @@ import (
 	"github.com/airlock-dev/airlock/internal/runtime"
 	"github.com/airlock-dev/airlock/internal/runtime/native"
 	"github.com/airlock-dev/airlock/internal/sandbox"
+	"github.com/airlock-dev/airlock/internal/sysfile"
+	"golang.org/x/sys/unix"
 )
 
 // detachedChildEnv makes the test binary act as a supervisor that creates a
@@ -410,5 +413,50 @@ func TestCapturedStdinClosed(t *testing.T) {
 	}
 	if got := strings.Fields(readAll(t, p, 1)); len(got) != 2 || got[0] != "pipe" || got[1] != "4" {
 		t.Errorf("with stdin open: output %q, want a pipe that gave 4 bytes", got)
+	}
+}
+
+// TestRemoveWithoutState: a detached sandbox whose state file is lost (its
+// supervisor was killed before writing it, as a daemon killed during a
+// fork) is killed by Remove, found by its cgroup's name; it kept running,
+// its volume mounted, for good. The control: the sandbox runs until then.
+func TestRemoveWithoutState(t *testing.T) {
+	needRoot(t)
+	rt := privateRuntime(t)
+	rt.Detached = true
+	id := runDetachedChild(t, rt.StateRoot, true)
+	b, err := os.ReadFile(filepath.Join(rt.StateRoot, id, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Init      int      `json:"init"`
+		InitStart string   `json:"init_start"`
+		Cgroups   []string `json:"cgroups"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil || st.Init <= 0 || len(st.Cgroups) == 0 {
+		t.Skipf("no init or cgroups recorded (%+v, %v): nothing to find it by", st, err)
+	}
+	alive := func() bool { return sysfile.ProcStart(st.Init) == st.InitStart }
+	t.Cleanup(func() {
+		if alive() {
+			unix.Kill(st.Init, unix.SIGKILL)
+		}
+	})
+	if !alive() {
+		t.Fatal("control: the detached sandbox is not running")
+	}
+	if err := os.Remove(filepath.Join(rt.StateRoot, id, "state.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Remove(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for alive() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if alive() {
+		t.Fatalf("the init (pid %d) of a sandbox removed without its state still runs", st.Init)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -119,6 +121,12 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	}
 	var st stateFile
 	if err != nil || json.Unmarshal(b, &st) != nil {
+		// No state: its supervisor died before writing it (a daemon
+		// killed while it made the sandbox), possibly after the init
+		// was set up and running. Its processes are found by their
+		// cgroup's name, which the state would have given, and killed
+		// before its volume goes (it is mounted there).
+		killByCgroup(id)
 		if r.Volumes != nil {
 			// Its volume, if it got one before its state was lost.
 			r.Volumes.Remove(id)
@@ -158,5 +166,62 @@ func (sb *sandbox) Listeners() []net.Listener { return sb.listeners }
 func (sb *sandbox) closeListeners() {
 	for _, l := range sb.listeners {
 		l.Close()
+	}
+}
+
+// killByCgroup kills every process in a cgroup named airlock/ID (under any
+// parent, in any hierarchy): the sandbox id's, whose state is lost. Its
+// init is the first (PID 1 of its namespace: the rest die with it).
+func killByCgroup(id string) {
+	suffix := "/" + cgroup.Prefix + "/" + id
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	var killed []unix.PollFd
+	defer func() {
+		// Until they are gone (at most 5 s): the volume they hold is
+		// removed next.
+		deadline := time.Now().Add(5 * time.Second)
+		for len(killed) > 0 && time.Now().Before(deadline) {
+			n, err := unix.Poll(killed, 100)
+			if err != nil && err != unix.EINTR {
+				break
+			}
+			if n > 0 {
+				left := killed[:0]
+				for _, f := range killed {
+					if f.Revents == 0 {
+						left = append(left, f)
+					} else {
+						unix.Close(int(f.Fd))
+					}
+				}
+				killed = left
+			}
+		}
+		for _, f := range killed {
+			unix.Close(int(f.Fd))
+		}
+	}()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 1 {
+			continue
+		}
+		b, err := sysfile.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			// hierarchy-id:controllers:path
+			if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && (strings.HasSuffix(parts[2], suffix) || strings.Contains(parts[2], suffix+"/")) {
+				if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+					unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+					killed = append(killed, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+				}
+				break
+			}
+		}
 	}
 }
