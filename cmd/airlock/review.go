@@ -213,6 +213,9 @@ func describeChange(c workspace.Change) string {
 	case "type":
 		return fmt.Sprintf("type      %s (now a %s)", p, c.Type)
 	case "kept":
+		if c.Type == "special" {
+			return fmt.Sprintf("kept      %s (special file: never applied)", p)
+		}
 		return fmt.Sprintf("kept      %s (protected: never applied)", p)
 	}
 	return fmt.Sprintf("%-9s %s", c.Kind, p)

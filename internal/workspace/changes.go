@@ -218,6 +218,9 @@ func (c *lister) dir(up, host int, rel string) {
 			}
 			c.out = append(c.out, ch)
 		default:
+			if exists && hst.Mode&unix.S_IFMT == ust.Mode&unix.S_IFMT && hst.Mode&0o7777 == ust.Mode&0o7777 {
+				continue // the same FIFO or socket as before: no change
+			}
 			c.out = append(c.out, Change{Path: p, Kind: "kept", Type: "special"})
 		}
 	}

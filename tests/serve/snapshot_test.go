@@ -640,3 +640,29 @@ func TestSnapshotRacingDelete(t *testing.T) {
 		}
 	}
 }
+
+// A FIFO that did not change since a snapshot is no change (every diff
+// listed it as kept); one made since is listed (the control).
+func TestSnapshotDiffSpecialFiles(t *testing.T) {
+	d := snapDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	d.sh(t, sb.ID, "mkfifo /workspace/ff && echo x > /workspace/f")
+	if _, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "withfifo"}); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := d.c.Changes(ctx, sb.ID, "withfifo", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := changeSet(ch); len(got) != 0 {
+		t.Errorf("changes of an unchanged workspace with a FIFO: %q", got)
+	}
+	d.sh(t, sb.ID, "mkfifo /workspace/newff")
+	if ch, err = d.c.Changes(ctx, sb.ID, "withfifo", false); err != nil {
+		t.Fatal(err)
+	}
+	if got := changeSet(ch); !reflect.DeepEqual(got, []string{"kept newff"}) {
+		t.Errorf("changes after a new FIFO: %q, want it alone", got)
+	}
+}
