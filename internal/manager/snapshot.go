@@ -673,6 +673,11 @@ func (m *Manager) applyForkNetwork(ctx context.Context, sb *Sandbox, rec *specRe
 // keeps its id, policy, network audit and record. Its processes are
 // killed (the init stays): they would see their files change under them.
 func (m *Manager) Restore(ctx context.Context, id string, req *api.RestoreRequest) (api.Sandbox, error) {
+	// Held from the start: a restore that waited for another one of the
+	// same sandbox works on the runtime that one made (looked up before,
+	// it found the old one gone: "ended meanwhile").
+	m.snaps.mu.Lock()
+	defer m.snaps.mu.Unlock()
 	sb, rt, paused, err := m.liveForSnapshot(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
@@ -694,8 +699,6 @@ func (m *Manager) Restore(ctx context.Context, id string, req *api.RestoreReques
 	if err := fitsVolume(ws, m.workspacePart(sn)); err != nil {
 		return api.Sandbox{}, err
 	}
-	m.snaps.mu.Lock()
-	defer m.snaps.mu.Unlock()
 	if m.rootHeld(sn.ID) {
 		err = m.restoreRoot(ctx, sb, rt, sn) // snapshot_root.go: made anew
 	} else {

@@ -666,3 +666,33 @@ func TestSnapshotDiffSpecialFiles(t *testing.T) {
 		t.Errorf("changes after a new FIFO: %q, want it alone", got)
 	}
 }
+
+// Restores of one sandbox at once each work (one after the other): those
+// that waited answered 409 "ended meanwhile" about a running sandbox. The
+// control: the sandbox runs afterwards, with the snapshot's file.
+func TestConcurrentRestores(t *testing.T) {
+	d := snapDaemon(t, "")
+	ctx := ctxT(t)
+	sb := d.create(t, nil)
+	d.sh(t, sb.ID, "echo snap > /workspace/f")
+	if _, err := d.c.CreateSnapshot(ctx, sb.ID, &api.CreateSnapshotRequest{Name: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	d.sh(t, sb.ID, "echo later > /workspace/f")
+	const n = 4
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			_, err := d.c.Restore(ctx, sb.ID, "r1")
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("restore %d of %d at once: %v", i+1, n, err)
+		}
+	}
+	if got := d.sh(t, sb.ID, "cat /workspace/f"); got != "snap\n" {
+		t.Errorf("after the restores: %q", got)
+	}
+}
