@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"runtime/debug"
 	"sync"
@@ -107,11 +106,11 @@ type Config struct {
 
 // Gateway is one sandbox's egress proxy. It is safe for concurrent use.
 type Gateway struct {
-	cfg       Config
-	log       *slog.Logger
-	ctx       context.Context
-	cancel    context.CancelFunc
-	transport *http.Transport // plain HTTP upstream, pooled by checked ip:port
+	cfg    Config
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	up     *upPool // plain HTTP upstream, connections kept by checked ip:port
 
 	policy atomic.Pointer[policyState]
 	setMu  sync.Mutex // serializes SetPolicy
@@ -167,7 +166,9 @@ func New(cfg Config) *Gateway {
 	g.log = g.log.With("sandbox", cfg.Sandbox)
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.policy.Store(&policyState{p: orDenyAll(cfg.Policy), gen: 1})
-	g.transport = g.newTransport()
+	g.up = newUpstream(func(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
+		return cfg.Dial(ctx, "tcp", ap.String())
+	})
 	return g
 }
 
@@ -234,7 +235,7 @@ func (g *Gateway) Close() error {
 		c.kill(endReason{err: "gateway closed"})
 	}
 	g.wg.Wait()
-	g.transport.CloseIdleConnections()
+	g.up.close()
 	return nil
 }
 

@@ -507,16 +507,13 @@ func (g *Gateway) handleHTTP(c *conn, ix *intercepted, bw *bufio.Writer, req *ht
 	} else {
 		for i, a := range v.addrs {
 			rec.Addr, rec.Rule = a.ap.String(), a.rule
-			try := *out
-			try.URL = new(*out.URL)
-			try.URL.Host = a.ap.String() // the pool is keyed by checked address
 			f := &flow{c: c, host: tg.host, port: tg.port, addr: a.ap, gen: v.gen}
 			if d := g.track(f); !d.Allow {
 				rec.Allowed, rec.Rule = false, d.Rule
 				return refuse(http.StatusForbidden, d.Rule, denialText(tg, d.Rule))
 			}
 			defer g.untrack(f)
-			resp, err = g.transport.RoundTrip(&try)
+			resp, err = g.up.roundTrip(ctx, a.ap, out)
 			var de *dialError
 			if err == nil || !errors.As(err, &de) || i == len(v.addrs)-1 || ctx.Err() != nil {
 				break
@@ -652,6 +649,16 @@ type respWriter struct{ bw *bufio.Writer }
 func (w respWriter) Write(p []byte) (int, error) { return w.bw.Write(p) }
 
 func (w respWriter) ReadFrom(r io.Reader) (int64, error) {
+	// A body of known length comes as a LimitedReader of it (see
+	// http.Response.Write): spliced from upstream when it can be.
+	if lr, ok := r.(*io.LimitedReader); ok {
+		if rb, ok := lr.R.(*respBody); ok {
+			if n, ok, err := rb.splice(lr.N); ok {
+				lr.N -= n
+				return n, err
+			}
+		}
+	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	return io.CopyBuffer(struct{ io.Writer }{w.bw}, struct{ io.Reader }{r}, *bp)
@@ -663,34 +670,6 @@ type dialError struct{ err error }
 
 func (e *dialError) Error() string { return e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
-
-// newTransport is the plain-HTTP upstream transport. URLs reaching it carry
-// a checked ip:port as their host, so its pool is keyed by checked address
-// and its dialer refuses anything else.
-func (g *Gateway) newTransport() *http.Transport {
-	return &http.Transport{
-		Proxy: nil,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			ap, err := netip.ParseAddrPort(addr)
-			if err != nil {
-				return nil, fmt.Errorf("egress gateway: refusing to dial %q: not a checked ip:port", addr)
-			}
-			ctx, cancel := context.WithTimeout(ctx, dialTimeout)
-			defer cancel()
-			up, err := g.cfg.Dial(ctx, network, ap.String())
-			if err != nil {
-				return nil, &dialError{err}
-			}
-			return up, nil
-		},
-		DisableCompression:  true,
-		MaxIdleConns:        64,
-		MaxIdleConnsPerHost: 8,
-		IdleConnTimeout:     90 * time.Second,
-		ReadBufferSize:      64 << 10,
-		WriteBufferSize:     64 << 10,
-	}
-}
 
 // reqBody is a plain-HTTP request body on its way upstream: counted,
 // charged to the byte budget, answering Expect: 100-continue on first read,
@@ -786,12 +765,8 @@ type respBody struct {
 
 func (b *respBody) Read(p []byte) (int, error) {
 	if b.flushEarly {
-		for _, w := range b.bw {
-			if w.Buffered() > 0 {
-				if err := w.Flush(); err != nil {
-					return 0, err
-				}
-			}
+		if err := b.flush(); err != nil {
+			return 0, err
 		}
 	}
 	b.c.SetWriteDeadline(time.Now().Add(b.g.cfg.IdleTimeout))
@@ -807,3 +782,15 @@ func (b *respBody) Read(p []byte) (int, error) {
 }
 
 func (b *respBody) Close() error { return b.src.Close() }
+
+// flush sends what the client's writers hold, the outermost first.
+func (b *respBody) flush() error {
+	for _, w := range b.bw {
+		if w.Buffered() > 0 {
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

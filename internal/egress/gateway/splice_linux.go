@@ -176,3 +176,96 @@ func (t *tunnel) splicePump(dst, src net.Conn, n *atomic.Int64) (ok bool, err er
 		}
 	}
 }
+
+// peerOpen reports whether a kept connection can carry another request:
+// the peer has neither closed it nor sent anything unasked (a peek that
+// would block). A connection that is not a socket is taken as open.
+func peerOpen(c net.Conn) bool {
+	rc, ok := streamSocket(c)
+	if !ok {
+		return true
+	}
+	open := false
+	err := rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		for {
+			_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			if err != unix.EINTR {
+				open = err == unix.EAGAIN
+				return true // never wait
+			}
+		}
+	})
+	return err == nil && open
+}
+
+// splice sends the next n bytes of a plain-HTTP response body, the whole
+// of a body whose length is known, from its upstream socket to the
+// client's socket through a pipe (see splicer), after the head and
+// anything already read from upstream. ok is false when it cannot (not a
+// body read from an upstream socket, a small one, or sockets that cannot
+// be spliced): nothing was read, the caller copies. The byte budget, the
+// idle watchdog and the client's write deadline apply as in Read.
+func (b *respBody) splice(n int64) (done int64, ok bool, err error) {
+	ub, isUp := b.src.(*upBody)
+	if !isUp || ub.eof || n <= smallBody {
+		return 0, false, nil
+	}
+	s := newSplicer(b.c.Conn, ub.uc.nc)
+	if s == nil {
+		return 0, false, nil
+	}
+	defer s.close()
+	if err := b.flush(); err != nil {
+		return 0, true, err
+	}
+	// What the head's read took in already goes through the buffer.
+	if k := int64(ub.uc.br.Buffered()); k > 0 {
+		bp := bufPool.Get().(*[]byte)
+		defer bufPool.Put(bp)
+		w := b.bw[len(b.bw)-1] // the client's own writer
+		for k = min(k, n); done < k; {
+			m, err := b.Read((*bp)[:min(int64(len(*bp)), k-done)])
+			if m > 0 {
+				w.Write((*bp)[:m])
+				done += int64(m)
+			}
+			if err != nil {
+				return done, true, err
+			}
+		}
+		if err := w.Flush(); err != nil {
+			return done, true, err
+		}
+	}
+	for done < n {
+		// No read deadline: the request's idle watchdog closes the
+		// upstream connection when neither side moves for the idle time.
+		m, err := s.fill(int(min(n-done, spliceMax)))
+		if err != nil {
+			return done, true, err
+		}
+		if m == 0 {
+			return done, true, io.ErrUnexpectedEOF
+		}
+		b.touch()
+		k := b.g.reserveUpTo(m)
+		for w := 0; w < k; {
+			b.c.SetWriteDeadline(time.Now().Add(b.g.cfg.IdleTimeout))
+			d, err := s.drain(k - w)
+			w += d
+			done += int64(d)
+			b.n += int64(d)
+			b.touch()
+			if err != nil {
+				return done, true, err
+			}
+		}
+		if k < m {
+			b.g.trip()
+			return done, true, errByteLimit
+		}
+	}
+	ub.eof = true // all of it: the connection may serve another request
+	return done, true, nil
+}
