@@ -278,6 +278,15 @@ func TestUpstreamClosedKeptConnection(t *testing.T) {
 			if resp, body, err := get(c, br, "api.test:8081", "http://api.test:8081/"); err != nil || resp.StatusCode != 200 || body != "ok" {
 				t.Fatalf("first GET: %v %v %q", err, resp, body)
 			}
+			if tc.closeIdle {
+				// The server closed the kept connection after answering:
+				// wait (bounded) until the gateway's end sees it, which is
+				// what the gateway goes by, so that the POST cannot race
+				// the server's FIN.
+				if !keptClosed(w, netip.AddrPortFrom(apiIP, 8081)) {
+					t.Fatal("the server's close of the kept connection never reached the gateway")
+				}
+			}
 			var req string
 			if tc.method == http.MethodPost {
 				req = "POST http://api.test:8081/ HTTP/1.1\r\nHost: api.test:8081\r\nContent-Length: 3\r\n\r\nabc"
@@ -296,6 +305,22 @@ func TestUpstreamClosedKeptConnection(t *testing.T) {
 			}
 		})
 	}
+}
+
+// keptClosed waits up to 2 s until the gateway keeps a connection to ap
+// whose peer has closed it.
+func keptClosed(w *world, ap netip.AddrPort) bool {
+	for i := 0; i < 200; i++ {
+		w.gw.up.mu.Lock()
+		l := w.gw.up.idle[ap]
+		closed := len(l) > 0 && !peerOpen(l[len(l)-1].nc)
+		w.gw.up.mu.Unlock()
+		if closed {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
 }
 
 // TestUpstreamAnswersEarly: a server that answers before the request's
