@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/runtime/gvisor"
@@ -85,7 +86,31 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newPolicyCmd())
 	root.AddCommand(daemonCommands()...)
 	strictHelp(root)
+	root.PersistentPreRunE = refuseMarkerValues
 	return root
+}
+
+// refuseMarkerValues refuses a flag whose value is "--": the flag was
+// given no value and took the end-of-flags marker as one (`airlock run
+// --net-log -- CMD` wrote the network log to a file named "--").
+func refuseMarkerValues(cmd *cobra.Command, _ []string) error {
+	var err error
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if err != nil {
+			return
+		}
+		vals := []string{f.Value.String()}
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			vals = sv.GetSlice()
+		}
+		for _, v := range vals {
+			if v == "--" {
+				err = fmt.Errorf("--%s needs a value: it took \"--\", the end of the flags (write --%s=VALUE, or ./-- for a file of that name)", f.Name, f.Name)
+				return
+			}
+		}
+	})
+	return err
 }
 
 // strictHelp makes cobra's own commands refuse what they do not know:

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A flag given no value takes the end-of-flags marker as its value: that
+// is refused before the command does anything (`airlock run --net-log --
+// CMD` wrote the network log to a file named "--"). The controls: the same
+// commands with a value get past the check (to their own failure here).
+func TestFlagTakesMarker(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	sock := "unix://" + filepath.Join(dir, "none.sock")
+	for _, c := range []struct {
+		args []string
+		bad  string
+	}{
+		{[]string{"run", "--net-log", "--", "/bin/true"}, "--net-log needs a value"},
+		{[]string{"run", "--ro", "--", "/bin/true"}, "--ro needs a value"},
+		{[]string{"ls", "--host", "--"}, "--host needs a value"},
+		{[]string{"ls", "--host", sock}, ""},
+		{[]string{"run", "--net-log", "log.jsonl", "--memory", "1KiB", "--", "/bin/true"}, ""},
+	} {
+		root := newRootCmd()
+		root.SetArgs(c.args)
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		err := root.Execute()
+		if err == nil {
+			t.Errorf("airlock %v: no error", c.args)
+			continue
+		}
+		if got := strings.Contains(err.Error(), "needs a value"); got != (c.bad != "") || c.bad != "" && !strings.Contains(err.Error(), c.bad) {
+			t.Errorf("airlock %v: %v, want %q", c.args, err, c.bad)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "--")); err == nil {
+		t.Error(`a file named "--" was created`)
+	}
+}
