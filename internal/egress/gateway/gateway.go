@@ -166,7 +166,7 @@ func New(cfg Config) *Gateway {
 	g.log = g.log.With("sandbox", cfg.Sandbox)
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.policy.Store(&policyState{p: orDenyAll(cfg.Policy), gen: 1})
-	g.up = newUpstream(func(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
+	g.up = newUpPool(func(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
 		return cfg.Dial(ctx, "tcp", ap.String())
 	})
 	return g

@@ -43,7 +43,7 @@ type upPool struct {
 	closed bool
 }
 
-func newUpstream(dial func(ctx context.Context, ap netip.AddrPort) (net.Conn, error)) *upPool {
+func newUpPool(dial func(ctx context.Context, ap netip.AddrPort) (net.Conn, error)) *upPool {
 	return &upPool{dial: dial, idle: make(map[netip.AddrPort][]*upConn)}
 }
 
