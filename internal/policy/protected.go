@@ -1,7 +1,5 @@
 package policy
 
-import "strings"
-
 // defaultProtected lists the workspace paths that stay read-only inside the
 // sandbox unless a policy removes them (filesystem.protect.remove). They
 // are files that something outside the sandbox later executes or obeys
@@ -62,26 +60,4 @@ var defaultProtected = []struct{ path, reason string }{
 	{".windsurf", "Windsurf settings, rules and workflows"},
 	{".codex", "OpenAI Codex CLI configuration"},
 	{".gemini", "Gemini CLI settings and MCP servers"},
-}
-
-// placeholderFiles are protected paths whose placeholder, while they do not
-// exist (live workspaces), is a file with this content instead of an empty
-// directory: git reads them whenever they are there, and fails on a
-// directory, while these contents mean what their absence means (the
-// common directory is the git directory itself; no per-worktree settings).
-var placeholderFiles = map[string]string{
-	".git/commondir":       ".\n",
-	".git/config.worktree": "",
-	".gitconfig":           "",
-}
-
-// PlaceholderFile says whether the placeholder of p, a workspace-relative
-// path or the host path of one, is a file, and its content.
-func PlaceholderFile(p string) (content string, ok bool) {
-	for rel, content := range placeholderFiles {
-		if p == rel || strings.HasSuffix(p, "/"+rel) {
-			return content, true
-		}
-	}
-	return "", false
 }

@@ -10,7 +10,7 @@ import (
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 
-	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/workspace"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,7 +21,7 @@ import (
 // so the sandbox cannot create it. Placeholders are directories even where
 // the protected name is a file (.mcp.json): git does not track empty
 // directories, so `git add -A` inside or outside cannot commit them; the
-// exceptions are files git reads in .git (policy.PlaceholderFile). Every directory between the workspace and a
+// exceptions are files git reads in .git (workspace.PlaceholderFile). Every directory between the workspace and a
 // protected path is pinned (bind-mounted onto itself): a mount point cannot
 // be renamed or removed, so the sandbox cannot move `.git` aside and plant a
 // fresh `.git/hooks`. It returns the placeholders it created, relative to ws.
@@ -98,9 +98,9 @@ func protect(ws string, paths []string, placeholders bool) ([]string, error) {
 }
 
 // MakePlaceholder creates the placeholder of the missing workspace path
-// full: an empty directory, or the file policy.PlaceholderFile gives.
+// full: an empty directory, or the file workspace.PlaceholderFile gives.
 func MakePlaceholder(full string) error {
-	content, ok := policy.PlaceholderFile(full)
+	content, ok := workspace.PlaceholderFile(full)
 	if !ok {
 		return os.Mkdir(full, 0o755)
 	}
@@ -132,7 +132,7 @@ func RemovePlaceholder(full string) {
 	case fi.Size() == 0:
 		os.Remove(full)
 	default:
-		if content, ok := policy.PlaceholderFile(full); ok && fi.Size() == int64(len(content)) {
+		if content, ok := workspace.PlaceholderFile(full); ok && fi.Size() == int64(len(content)) {
 			if b, err := os.ReadFile(full); err == nil && string(b) == content {
 				os.Remove(full)
 			}
