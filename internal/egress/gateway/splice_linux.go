@@ -156,25 +156,34 @@ func (t *tunnel) splicePump(dst, src net.Conn, n *atomic.Int64) (ok bool, err er
 			continue
 		}
 		t.touch()
-		// A splice reads up to a MiB at once: what the byte budget has
-		// left of it goes, so that the budget is spent to its last byte
-		// (the copy loop's reads are small enough to drop whole).
-		k := t.g.reserveUpTo(m)
-		for w := 0; w < k; {
-			dst.SetWriteDeadline(time.Now().Add(t.idle))
-			d, err := s.drain(k - w)
-			w += d
-			n.Add(int64(d))
-			t.touch()
-			if err != nil {
-				return true, err
-			}
-		}
-		if k < m {
-			t.g.trip()
-			return true, errByteLimit
+		if err := s.pass(t.g, dst, m, t.idle, func(d int) { n.Add(int64(d)); t.touch() }); err != nil {
+			return true, err
 		}
 	}
+}
+
+// pass sends the m bytes fill put in the pipe on to dst. A splice reads up
+// to a MiB at once: what the byte budget has left of it goes, so that the
+// budget is spent to its last byte (the copy loop's reads are small enough
+// to drop whole); fewer than m allowed trips the gateway and ends with
+// errByteLimit. Each drain has a write deadline of idle from its start,
+// and moved hears of every byte count it moved.
+func (s *splicer) pass(g *Gateway, dst net.Conn, m int, idle time.Duration, moved func(int)) error {
+	k := g.reserveUpTo(m)
+	for w := 0; w < k; {
+		dst.SetWriteDeadline(time.Now().Add(idle))
+		d, err := s.drain(k - w)
+		w += d
+		moved(d)
+		if err != nil {
+			return err
+		}
+	}
+	if k < m {
+		g.trip()
+		return errByteLimit
+	}
+	return nil
 }
 
 // peerOpen reports whether a kept connection can carry another request:
@@ -249,21 +258,9 @@ func (b *respBody) splice(n int64) (done int64, ok bool, err error) {
 			return done, true, io.ErrUnexpectedEOF
 		}
 		b.touch()
-		k := b.g.reserveUpTo(m)
-		for w := 0; w < k; {
-			b.c.SetWriteDeadline(time.Now().Add(b.g.cfg.IdleTimeout))
-			d, err := s.drain(k - w)
-			w += d
-			done += int64(d)
-			b.n += int64(d)
-			b.touch()
-			if err != nil {
-				return done, true, err
-			}
-		}
-		if k < m {
-			b.g.trip()
-			return done, true, errByteLimit
+		moved := func(d int) { done += int64(d); b.n += int64(d); b.touch() }
+		if err := s.pass(b.g, b.c.Conn, m, b.g.cfg.IdleTimeout, moved); err != nil {
+			return done, true, err
 		}
 	}
 	ub.eof = true // all of it: the connection may serve another request
