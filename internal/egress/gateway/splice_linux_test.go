@@ -15,13 +15,6 @@ import (
 	"golang.org/x/net/proxy"
 )
 
-// patternStream is what writePattern(w, n) writes.
-func patternStream(n int) []byte {
-	var b bytes.Buffer
-	writePattern(&b, n)
-	return b.Bytes()
-}
-
 // TestSplicedTunnel: a tunnel between two stream sockets is relayed with
 // splice(2) in both directions, and several MiB arrive whole and in order
 // each way, counted in the tunnel's record: through SOCKS5 and CONNECT
@@ -154,6 +147,10 @@ func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 func TestSplicedTunnelSlowReader(t *testing.T) {
 	const idle = 200 * time.Millisecond
 	const size = 6 << 20
+	// Made before the tunnel's idle clock starts: under the race
+	// detector, making 6 MiB of pattern took longer than the timeout,
+	// and the tunnel ended idle before its first byte.
+	data := patternStream(size)
 	for _, stall := range []bool{false, true} {
 		upFar, upNear := tcpPair(t)       // the server's end, the gateway's
 		downNear, downFar := tcpPair(t)   // the gateway's end, the client's
@@ -168,7 +165,7 @@ func TestSplicedTunnelSlowReader(t *testing.T) {
 			downNear.Close() // as relay does: the client sees the end at once
 			done <- err
 		}()
-		go func() { upFar.Write(patternStream(size)); upFar.CloseWrite() }()
+		go func() { upFar.Write(data); upFar.CloseWrite() }()
 		start := time.Now()
 		var got int64
 		buf := make([]byte, 64<<10)

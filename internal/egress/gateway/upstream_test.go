@@ -29,12 +29,6 @@ func proxyConn(t *testing.T, w *world) (net.Conn, *bufio.Reader) {
 	return c, bufio.NewReader(c)
 }
 
-func patternOf(n int) []byte {
-	var b bytes.Buffer
-	writePattern(&b, n)
-	return b.Bytes()
-}
-
 // TestPlainHTTPSplicedBody: a large plain-HTTP response body goes from the
 // upstream socket to the client's with splice(2), whole and in order, is
 // audited, and leaves the upstream connection for the next request. The
@@ -48,7 +42,7 @@ func TestPlainHTTPSplicedBody(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("GET: %v %v", err, resp)
 	}
-	if !bytes.Equal([]byte(body), patternOf(size)) {
+	if !bytes.Equal([]byte(body), patternStream(size)) {
 		t.Fatalf("body of %d bytes differs from what the server sent", len(body))
 	}
 	if splicing.Load() == before {
@@ -56,7 +50,7 @@ func TestPlainHTTPSplicedBody(t *testing.T) {
 	}
 	before = splicing.Load()
 	resp, body, err = get(c, br, "api.test", "http://api.test/size/1000")
-	if err != nil || resp.StatusCode != 200 || body != string(patternOf(1000)) {
+	if err != nil || resp.StatusCode != 200 || body != string(patternStream(1000)) {
 		t.Fatalf("small GET: %v %v %d bytes", err, resp, len(body))
 	}
 	if splicing.Load() != before {
@@ -338,7 +332,7 @@ func TestUpstreamAnswersEarly(t *testing.T) {
 	})
 	c, br := proxyConn(t, w)
 	fmt.Fprintf(c, "POST http://api.test:8082/ HTTP/1.1\r\nHost: api.test:8082\r\nContent-Length: %d\r\n\r\n", 8<<20)
-	c.Write(patternOf(64 << 10)) // and no more
+	c.Write(patternStream(64 << 10)) // and no more
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatalf("no answer while the body was incomplete: %v", err)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -381,6 +382,13 @@ var pattern = func() []byte {
 	}
 	return b
 }()
+
+// patternStream is what writePattern(w, n) writes.
+func patternStream(n int) []byte {
+	var b bytes.Buffer
+	writePattern(&b, n)
+	return b.Bytes()
+}
 
 func writePattern(w io.Writer, n int) {
 	for n > 0 {
