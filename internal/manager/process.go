@@ -357,9 +357,10 @@ func execError(id, cmd string, err error) error {
 	why := strings.TrimPrefix(msg, "exec "+cmd+": ")
 	switch {
 	case errors.Is(err, runtime.ErrCommandNotFound):
-		return fmt.Errorf("sandbox %s: %s: command not found (%s): %w", id, errdefs.Quote(cmd), why, errdefs.ErrCommandNotFound)
+		// The kind's own text ends the message: "...: command not found".
+		return fmt.Errorf("sandbox %s: %s: %s: %w", id, errdefs.Quote(cmd), why, errdefs.ErrCommandNotFound)
 	case errors.Is(err, runtime.ErrNotExecutable):
-		return fmt.Errorf("sandbox %s: %s: command not executable (%s): %w", id, errdefs.Quote(cmd), why, errdefs.ErrNotExecutable)
+		return fmt.Errorf("sandbox %s: %s: %s: %w", id, errdefs.Quote(cmd), why, errdefs.ErrNotExecutable)
 	case strings.Contains(msg, "chdir"):
 		return fmt.Errorf("sandbox %s: working directory: %v: %w", id, err, errdefs.ErrInvalid)
 	case strings.Contains(msg, "permission denied") || strings.Contains(msg, "not a directory"):
