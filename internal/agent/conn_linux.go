@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -45,7 +44,7 @@ func (c *Conn) Close() error { return c.f.Close() }
 
 // Send writes one message with optional file descriptors.
 func (c *Conn) Send(m *Message, fds ...int) error {
-	b, err := json.Marshal(m)
+	b, err := m.MarshalJSON()
 	if err != nil {
 		return err
 	}
@@ -58,7 +57,7 @@ func (c *Conn) Send(m *Message, fds ...int) error {
 			return err
 		}
 		defer spill.Close()
-		header, _ := json.Marshal(&Message{Type: m.Type, Spill: true})
+		header, _ := (&Message{Type: m.Type, Spill: true}).MarshalJSON()
 		err = c.send(header, append([]int{int(spill.Fd())}, fds...))
 		if err == nil || len(fds) > 0 || len(b) > inlineFallback {
 			return err
@@ -81,7 +80,7 @@ func (c *Conn) SendPayload(d *Data) error {
 	}
 	h := *d
 	h.Data, h.Raw = nil, len(d.Data)
-	b, err := json.Marshal(&Message{Type: TypeData, Data: &h})
+	b, err := (&Message{Type: TypeData, Data: &h}).MarshalJSON()
 	if err != nil {
 		return err
 	}
@@ -202,7 +201,7 @@ func (c *Conn) Recv() (*Message, []*os.File, error) {
 		return nil, nil, fmt.Errorf("bad control message: inline message over %d bytes", inlineFallback)
 	}
 	var m Message
-	if err := json.Unmarshal(buf[:n], &m); err != nil {
+	if err := m.UnmarshalJSON(buf[:n]); err != nil {
 		closeAll(files)
 		return nil, nil, fmt.Errorf("bad control message: %w", err)
 	}
@@ -222,7 +221,7 @@ func (c *Conn) Recv() (*Message, []*os.File, error) {
 	}
 	var inner Message
 	if err == nil {
-		err = json.Unmarshal(b, &inner)
+		err = inner.UnmarshalJSON(b)
 	}
 	if err == nil && inner.Spill {
 		err = errors.New("spilled twice")
@@ -241,7 +240,7 @@ func parsePayload(header, payload []byte) (*Message, error) {
 	if len(header) > inlineMax {
 		return nil, fmt.Errorf("bad control message: header over %d bytes", inlineMax)
 	}
-	if err := json.Unmarshal(header, &m); err != nil {
+	if err := m.UnmarshalJSON(header); err != nil {
 		return nil, fmt.Errorf("bad control message: %w", err)
 	}
 	if m.Type != TypeData || m.Data == nil || m.Spill || len(m.Data.Data) > 0 || m.Data.Raw != len(payload) {

@@ -57,10 +57,10 @@ func InitMain() {
 	conn := agent.NewConn(os.NewFile(controlFD, "control"))
 	// Caught while the setup is on its way and applied.
 	sigs := agent.CatchSignals()
-	// The first message this init sends (ready, or the error) builds
-	// encoding/json's encoders of the channel's messages (about 0.2 ms):
-	// built meanwhile, while the setup is on its way and applied.
-	go json.Marshal(&agent.Message{})
+	// The first message this init sends (ready) builds encoding/json's
+	// encoder of its type: built meanwhile, while the setup is on its way
+	// and applied.
+	go json.Marshal(&agent.Ready{})
 	ready, listener, err := initSandbox(conn)
 	if err != nil {
 		layer := layerNamespaces

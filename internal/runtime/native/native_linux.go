@@ -893,13 +893,18 @@ var lastSweep = map[string]time.Time{}
 const sweepEvery = time.Second
 
 // warmJSON builds encoding/json's encoders of the init's setup and of the
-// control channel's messages, once per process, on a goroutine of its own:
-// the first Marshal of each type builds them (about 0.4 and 0.2 ms), which
-// otherwise happened on the critical path of the first sandbox (of every
-// `airlock run`) while the other CPU waited for the init to start.
+// messages a sandbox's start exchanges, once per process, on a goroutine
+// of its own: the first Marshal of each type builds them (about 0.4 ms for
+// the setup), which otherwise happened on the critical path of the first
+// sandbox (of every `airlock run`) while the other CPU waited for the init
+// to start. (A Message builds only the encoders of its sub-messages that
+// are set: see agent.Message.MarshalJSON.)
 var warmJSON = sync.OnceFunc(func() {
 	go func() {
 		json.Marshal(&setup{})
-		json.Marshal(&agent.Message{})
+		json.Marshal(&agent.ExecRequest{})
+		json.Marshal(&agent.Ready{})
+		json.Marshal(&agent.Started{})
+		json.Marshal(&agent.Exit{})
 	}()
 })

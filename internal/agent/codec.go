@@ -1,0 +1,229 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"unicode/utf8"
+)
+
+// A Message is encoded and decoded one sub-message at a time.
+//
+// encoding/json builds its encoder of a struct type, and the encoders of
+// every type the struct reaches, the first time a process encodes or
+// decodes one (decoding builds them too). For Message that was every
+// sub-message type of the protocol, in every sandbox's init before it
+// could read its setup: about 0.7 ms of the init's start on the critical
+// path of each sandbox, and some 90 KB of the agent's heap for types most
+// sandboxes never see. MarshalJSON and UnmarshalJSON below hand
+// encoding/json only the sub-message that is there, so a process builds
+// the encoders of what it sends and receives, and nothing else. The JSON
+// is the same as encoding/json's for the struct's tags (TestMessageCodec).
+
+// subMessages lists the sub-messages of m by their JSON names, in the
+// struct's order: for each, a pointer to the field (what json.Unmarshal
+// fills) and whether it is set.
+func (m *Message) subMessages(visit func(name string, field any, set bool) error) error {
+	for _, f := range [...]struct {
+		name  string
+		field any
+		set   bool
+	}{
+		{"ready", &m.Ready, m.Ready != nil},
+		{"error", &m.Error, m.Error != nil},
+		{"exec", &m.Exec, m.Exec != nil},
+		{"started", &m.Started, m.Started != nil},
+		{"exit", &m.Exit, m.Exit != nil},
+		{"signal", &m.Signal, m.Signal != nil},
+		{"state", &m.State, m.State != nil},
+		{"read", &m.Read, m.Read != nil},
+		{"data", &m.Data, m.Data != nil},
+		{"release", &m.Release, m.Release != nil},
+		{"file", &m.File, m.File != nil},
+		{"stdin", &m.Stdin, m.Stdin != nil},
+		{"hold", &m.Hold, m.Hold != nil},
+		{"ack", &m.Ack, m.Ack != nil},
+		{"result", &m.Result, m.Result != nil},
+	} {
+		if err := visit(f.name, f.field, f.set); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MarshalJSON encodes m as encoding/json would from its tags, building
+// encoders only for the sub-messages that are set.
+func (m *Message) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 128+len(m.Setup))
+	b = append(b, `{"type":`...)
+	b = appendString(b, m.Type)
+	if m.Spill {
+		b = append(b, `,"spill":true`...)
+	}
+	if len(m.Setup) > 0 {
+		// Setup is the runtime's own encoding, passed through as it is
+		// (encoding/json would compact it; it comes compact already).
+		if !json.Valid(m.Setup) {
+			return nil, errors.New("agent: the setup is not valid JSON")
+		}
+		b = append(b, `,"setup":`...)
+		b = append(b, m.Setup...)
+	}
+	err := m.subMessages(func(name string, field any, set bool) error {
+		if !set {
+			return nil
+		}
+		v, err := json.Marshal(field)
+		if err != nil {
+			return err
+		}
+		b = append(b, ',', '"')
+		b = append(b, name...)
+		b = append(b, '"', ':')
+		b = append(b, v...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON decodes what MarshalJSON (or encoding/json) encodes,
+// building decoders only for the sub-messages that are there. Keys match
+// the fields' names as encoding/json matches them (case aside); unknown
+// keys are skipped.
+func (m *Message) UnmarshalJSON(b []byte) error {
+	// Validated whole first, as encoding/json does, so that splitting the
+	// object below can take its syntax for granted.
+	if !json.Valid(b) {
+		var v any
+		return json.Unmarshal(b, &v) // its syntax error
+	}
+	b = skipSpace(b)
+	if string(b[:min(len(b), 4)]) == "null" {
+		return nil // as encoding/json leaves a struct
+	}
+	if b[0] != '{' {
+		return &json.UnmarshalTypeError{Value: valueKind(b[0]), Type: reflect.TypeFor[Message]()}
+	}
+	*m = Message{}
+	for b = skipSpace(b[1:]); b[0] != '}'; {
+		keyEnd := stringEnd(b)
+		key := b[1 : keyEnd-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			var k string
+			if err := json.Unmarshal(b[:keyEnd], &k); err != nil {
+				return err
+			}
+			key = []byte(k)
+		}
+		b = skipSpace(skipSpace(b[keyEnd:])[1:]) // past the colon
+		n := valueEnd(b)
+		raw := b[:n]
+		b = skipSpace(b[n:])
+		if b[0] == ',' {
+			b = skipSpace(b[1:])
+		}
+		var err error
+		switch {
+		case bytes.EqualFold(key, []byte("type")):
+			err = json.Unmarshal(raw, &m.Type)
+		case bytes.EqualFold(key, []byte("spill")):
+			err = json.Unmarshal(raw, &m.Spill)
+		case bytes.EqualFold(key, []byte("setup")):
+			m.Setup = append(json.RawMessage(nil), raw...)
+		default:
+			// Decoded where it is, so that a key given twice merges
+			// into one sub-message as with encoding/json.
+			err = m.subMessages(func(name string, field any, _ bool) error {
+				if bytes.EqualFold(key, []byte(name)) {
+					return json.Unmarshal(raw, field)
+				}
+				return nil
+			})
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// The three helpers below walk JSON that json.Valid has accepted.
+
+// skipSpace returns b past its leading JSON white space.
+func skipSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
+		b = b[1:]
+	}
+	return b
+}
+
+// stringEnd returns the length of the JSON string that b starts with.
+func stringEnd(b []byte) int {
+	for i := 1; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// valueEnd returns the length of the JSON value that b starts with.
+func valueEnd(b []byte) int {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			i += stringEnd(b[i:]) - 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i // the end of the enclosing object
+			}
+			depth--
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return i
+			}
+		}
+		if depth == 0 && (b[i] == '}' || b[i] == ']' || b[i] == '"') {
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// valueKind names the JSON value that starts with c, as encoding/json's
+// errors do.
+func valueKind(c byte) string {
+	switch c {
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "bool"
+	}
+	return "number"
+}
+
+// appendString appends s as a JSON string, as encoding/json writes it.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // escapes; never fails for a string
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
