@@ -716,10 +716,17 @@ func (c *Cgroup) setFrozen(frozen bool, timeout time.Duration) error {
 // (v1) it freezes the cgroup, kills every listed pid, thaws, and repeats
 // until the cgroup is empty, for at most a few seconds.
 func (c *Cgroup) Kill() error {
+	_, err := c.kill()
+	return err
+}
+
+// kill is Kill; empty reports that it found the cgroup tree empty when it
+// listed it last (v1), which spares Destroy listing it again.
+func (c *Cgroup) kill() (empty bool, err error) {
 	if c.version == V2 {
 		kf := filepath.Join(c.dirs[0].dir, v2KillFile)
 		if exists(kf) {
-			return writeFile(kf, "1")
+			return false, writeFile(kf, "1")
 		}
 	}
 	deadline := time.Now().Add(killTimeout)
@@ -727,18 +734,21 @@ func (c *Cgroup) Kill() error {
 		pids, err := c.Procs()
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
-				return nil // already removed
+				return false, nil // already removed
 			}
-			return err
+			return false, err
+		}
+		if len(pids) == 0 {
+			return true, nil
 		}
 		// A thread of the caller's inside (EnterThread) lists the caller:
 		// never kill it.
 		pids = slices.DeleteFunc(pids, func(p int) bool { return p == os.Getpid() })
 		if len(pids) == 0 {
-			return nil
+			return false, nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup: %d process(es) still in %s after %v of killing: %v", len(pids), c.dirs[0].dir, killTimeout, pids)
+			return false, fmt.Errorf("cgroup: %d process(es) still in %s after %v of killing: %v", len(pids), c.dirs[0].dir, killTimeout, pids)
 		}
 		frozen := c.setFrozen(true, 500*time.Millisecond) == nil
 		for _, p := range pids {
@@ -747,7 +757,7 @@ func (c *Cgroup) Kill() error {
 		// Killed frozen tasks die once thawed; always thaw, even after a
 		// partial freeze.
 		if err := c.setFrozen(false, 500*time.Millisecond); err != nil && frozen {
-			return err
+			return false, err
 		}
 		time.Sleep(delay)
 	}
@@ -774,8 +784,8 @@ func (c *Cgroup) Destroy(ctx context.Context) error {
 	if c.destroyed {
 		return nil
 	}
-	killErr := c.Kill()
-	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+	empty, killErr := c.kill()
+	for delay := time.Millisecond; !empty; delay = min(2*delay, 50*time.Millisecond) {
 		busy, err := c.populated()
 		if err != nil {
 			return err
