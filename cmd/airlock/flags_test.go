@@ -1,11 +1,14 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // A flag given no value takes the end-of-flags marker as its value: that
@@ -41,5 +44,39 @@ func TestFlagTakesMarker(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "--")); err == nil {
 		t.Error(`a file named "--" was created`)
+	}
+}
+
+// TestRunRootAsFull: `airlock run` answers the same from the root that
+// holds run alone (what main uses for it) as from the whole one: its
+// help, its refusals of bad flags and arguments, and a run that fails.
+func TestRunRootAsFull(t *testing.T) {
+	t.Chdir(t.TempDir())
+	for _, args := range [][]string{
+		{"run", "--help"},
+		{"run", "-h"},
+		{"run"},
+		{"run", "--no-such-flag", "--", "/bin/true"},
+		{"run", "--net-log", "--", "/bin/true"},
+		{"run", "--memory", "1KiB", "--", "/bin/true"},
+		{"run", "--timeout", "soon", "--", "/bin/true"},
+	} {
+		var outs [2]string
+		for i, mk := range []func() *cobra.Command{newRootCmd, newRunRootCmd} {
+			var b strings.Builder
+			root := mk()
+			root.SetArgs(args)
+			root.SetOut(&b)
+			root.SetErr(&b)
+			err := root.Execute()
+			fmt.Fprintf(&b, "\nerror: %v", err)
+			outs[i] = b.String()
+		}
+		if outs[0] != outs[1] {
+			t.Errorf("airlock %v:\nthe whole root:\n%s\nrun alone:\n%s", args, outs[0], outs[1])
+		}
+		if !strings.Contains(outs[0], "Usage:") && !strings.Contains(outs[0], "error: ") {
+			t.Errorf("airlock %v: %s", args, outs[0])
+		}
 	}
 }
