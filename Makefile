@@ -13,7 +13,8 @@ GO ?= go
 # starts another build's init. A plain `go build ./cmd/airlock` works too: the
 # complete program without an embedded init (it re-executes itself, slower).
 BUILD_ID := $(shell od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
-LDFLAGS := -X github.com/airlock-dev/airlock/internal/initbin.BuildID=$(BUILD_ID)
+VERSION := $(shell git describe --always --dirty 2>/dev/null)
+LDFLAGS := -X github.com/airlock-dev/airlock/internal/initbin.BuildID=$(BUILD_ID) -X main.version=$(VERSION)
 
 # bin/airlock is linked to a scratch file and copied into place: the Go
 # linker writes its output through a shared memory mapping, and a program

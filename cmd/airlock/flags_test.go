@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -78,5 +79,29 @@ func TestRunRootAsFull(t *testing.T) {
 		if !strings.Contains(outs[0], "Usage:") && !strings.Contains(outs[0], "error: ") {
 			t.Errorf("airlock %v: %s", args, outs[0])
 		}
+	}
+}
+
+// TestVersion: `airlock --version` names the source, the Go release and
+// the platform, and exits 0; `airlock run --version` is not it (run has no
+// such flag).
+func TestVersion(t *testing.T) {
+	root := newRootCmd()
+	var b strings.Builder
+	root.SetArgs([]string{"--version"})
+	root.SetOut(&b)
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.HasPrefix(out, "airlock version ") || !strings.Contains(out, runtime.Version()) || !strings.Contains(out, runtime.GOOS+"/"+runtime.GOARCH) {
+		t.Errorf("airlock --version printed %q", out)
+	}
+	root = newRunRootCmd()
+	root.SetArgs([]string{"run", "--version"})
+	root.SetOut(io.Discard)
+	root.SetErr(io.Discard)
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "unknown flag: --version") {
+		t.Errorf("airlock run --version: %v", err)
 	}
 }

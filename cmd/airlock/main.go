@@ -85,6 +85,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newPolicyCmd())
 	root.AddCommand(daemonCommands()...)
 	strictHelp(root)
+	root.Version = versionString()
 	return root
 }
 
