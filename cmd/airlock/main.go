@@ -59,11 +59,9 @@ func main() {
 		native.ReapMain()
 		return
 	}
-	if len(os.Args) > 1 && os.Args[1] == "run" {
-		catchRunSignals() // meanwhile (see there)
-	}
 	root := newRootCmd
 	if len(os.Args) > 1 && os.Args[1] == "run" {
+		catchRunSignals() // meanwhile (see there)
 		root = newRunRootCmd
 	}
 	if err := root().Execute(); err != nil {
