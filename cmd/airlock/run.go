@@ -486,6 +486,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		spec.RecordExec = true
 	}
 	if sandbox.HasNetwork(p) {
+		allProcs() // the gateway relays and re-encrypts on every CPU
 		// The sandbox's CA and credentials: files outside the sandbox
 		// (beside the runtime's state, not in a temporary directory a
 		// workspace could be), bound read-only into it, removed when the
