@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	goruntime "runtime"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -62,7 +61,6 @@ func main() {
 	}
 	root := newRootCmd
 	if len(os.Args) > 1 && os.Args[1] == "run" {
-		oneProc()
 		catchRunSignals() // meanwhile (see there)
 		root = newRunRootCmd
 	}
@@ -73,32 +71,6 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "airlock: %s\n", errdefs.Clip(err.Error()))
 		os.Exit(2)
-	}
-}
-
-// runProcs is the GOMAXPROCS the process started with, when oneProc
-// lowered it; 0 otherwise.
-var runProcs int
-
-// oneProc runs `airlock run` on one P. Its process supervises: it waits
-// for the init, for signals and for the end of copies, and does little at
-// once. With a second P the runtime wakes and parks threads to look for
-// work for it at each of those waits: 0.9 ms of CPU in a 24 ms run of
-// `airlock run -- /bin/true` on a 2-CPU machine, nothing gained in wall
-// time. It is set before the first goroutine (catchRunSignals) starts a
-// thread for the second P. A GOMAXPROCS of the caller's own is kept, and
-// allProcs gives the CPUs back where a run has parallel work (the egress
-// gateway).
-func oneProc() {
-	if os.Getenv("GOMAXPROCS") == "" {
-		runProcs = goruntime.GOMAXPROCS(1)
-	}
-}
-
-// allProcs undoes oneProc.
-func allProcs() {
-	if runProcs > 0 {
-		goruntime.GOMAXPROCS(runProcs)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/cache"
 	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/errdefs"
+	"github.com/airlock-dev/airlock/internal/oneproc"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/record"
 	"github.com/airlock-dev/airlock/internal/rundir"
@@ -486,7 +487,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		spec.RecordExec = true
 	}
 	if sandbox.HasNetwork(p) {
-		allProcs() // the gateway relays and re-encrypts on every CPU
+		oneproc.Restore() // the gateway relays and re-encrypts on every CPU
 		// The sandbox's CA and credentials: files outside the sandbox
 		// (beside the runtime's state, not in a temporary directory a
 		// workspace could be), bound read-only into it, removed when the

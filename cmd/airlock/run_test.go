@@ -3,7 +3,6 @@ package main
 import (
 	"math"
 	"os"
-	goruntime "runtime"
 	"strings"
 	"testing"
 )
@@ -67,34 +66,5 @@ func TestNetNoneWithRules(t *testing.T) {
 	}
 	if p, err := buildPolicy(&runFlags{net: "none"}); err != nil || p.Network.Mode != "none" {
 		t.Errorf("--net none alone: %+v %v", p, err)
-	}
-}
-
-// TestOneProc checks that `airlock run` runs on one P, gives the CPUs
-// back when asked, and keeps a GOMAXPROCS its caller set.
-func TestOneProc(t *testing.T) {
-	before := goruntime.GOMAXPROCS(0)
-	t.Cleanup(func() { goruntime.GOMAXPROCS(before); runProcs = 0 })
-	goruntime.GOMAXPROCS(3)
-
-	t.Setenv("GOMAXPROCS", "")
-	oneProc()
-	if got := goruntime.GOMAXPROCS(0); got != 1 {
-		t.Fatalf("after oneProc: GOMAXPROCS %d, want 1", got)
-	}
-	allProcs()
-	if got := goruntime.GOMAXPROCS(0); got != 3 {
-		t.Fatalf("after allProcs: GOMAXPROCS %d, want the 3 it started with", got)
-	}
-
-	runProcs = 0
-	t.Setenv("GOMAXPROCS", "3")
-	oneProc()
-	if got := goruntime.GOMAXPROCS(0); got != 3 {
-		t.Fatalf("with GOMAXPROCS=3 in the environment: GOMAXPROCS %d after oneProc, want 3", got)
-	}
-	allProcs()
-	if got := goruntime.GOMAXPROCS(0); got != 3 {
-		t.Fatalf("with GOMAXPROCS=3 in the environment: GOMAXPROCS %d after allProcs, want 3", got)
 	}
 }
