@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
-	"unicode/utf8"
+
+	"github.com/airlock-dev/airlock/internal/jsonobj"
 )
 
 // A Message is encoded and decoded one sub-message at a time.
@@ -59,7 +60,7 @@ func (m *Message) subMessages(visit func(name string, field any, set bool) error
 func (m *Message) MarshalJSON() ([]byte, error) {
 	b := make([]byte, 0, 128+len(m.Setup))
 	b = append(b, `{"type":`...)
-	b = appendString(b, m.Type)
+	b = jsonobj.AppendString(b, m.Type)
 	if m.Spill {
 		b = append(b, `,"spill":true`...)
 	}
@@ -103,128 +104,27 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 		var v any
 		return json.Unmarshal(b, &v) // its syntax error
 	}
-	b = skipSpace(b)
-	if string(b[:min(len(b), 4)]) == "null" {
+	if jsonobj.IsNull(bytes.TrimSpace(b)) {
 		return nil // as encoding/json leaves a struct
 	}
-	if b[0] != '{' {
-		return &json.UnmarshalTypeError{Value: valueKind(b[0]), Type: reflect.TypeFor[Message]()}
-	}
 	*m = Message{}
-	for b = skipSpace(b[1:]); b[0] != '}'; {
-		keyEnd := stringEnd(b)
-		key := b[1 : keyEnd-1]
-		if bytes.IndexByte(key, '\\') >= 0 {
-			var k string
-			if err := json.Unmarshal(b[:keyEnd], &k); err != nil {
-				return err
-			}
-			key = []byte(k)
-		}
-		b = skipSpace(skipSpace(b[keyEnd:])[1:]) // past the colon
-		n := valueEnd(b)
-		raw := b[:n]
-		b = skipSpace(b[n:])
-		if b[0] == ',' {
-			b = skipSpace(b[1:])
-		}
-		var err error
+	return jsonobj.Object(b, reflect.TypeFor[Message](), func(key, raw []byte) error {
 		switch {
 		case bytes.EqualFold(key, []byte("type")):
-			err = json.Unmarshal(raw, &m.Type)
+			return json.Unmarshal(raw, &m.Type)
 		case bytes.EqualFold(key, []byte("spill")):
-			err = json.Unmarshal(raw, &m.Spill)
+			return json.Unmarshal(raw, &m.Spill)
 		case bytes.EqualFold(key, []byte("setup")):
 			m.Setup = append(json.RawMessage(nil), raw...)
-		default:
-			// Decoded where it is, so that a key given twice merges
-			// into one sub-message as with encoding/json.
-			err = m.subMessages(func(name string, field any, _ bool) error {
-				if bytes.EqualFold(key, []byte(name)) {
-					return json.Unmarshal(raw, field)
-				}
-				return nil
-			})
+			return nil
 		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// The three helpers below walk JSON that json.Valid has accepted.
-
-// skipSpace returns b past its leading JSON white space.
-func skipSpace(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
-		b = b[1:]
-	}
-	return b
-}
-
-// stringEnd returns the length of the JSON string that b starts with.
-func stringEnd(b []byte) int {
-	for i := 1; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(b)
-}
-
-// valueEnd returns the length of the JSON value that b starts with.
-func valueEnd(b []byte) int {
-	depth := 0
-	for i := 0; i < len(b); i++ {
-		switch b[i] {
-		case '"':
-			i += stringEnd(b[i:]) - 1
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return i // the end of the enclosing object
+		// Decoded where it is, so that a key given twice merges into one
+		// sub-message as with encoding/json.
+		return m.subMessages(func(name string, field any, _ bool) error {
+			if bytes.EqualFold(key, []byte(name)) {
+				return json.Unmarshal(raw, field)
 			}
-			depth--
-		case ',', ' ', '\t', '\n', '\r':
-			if depth == 0 {
-				return i
-			}
-		}
-		if depth == 0 && (b[i] == '}' || b[i] == ']' || b[i] == '"') {
-			return i + 1
-		}
-	}
-	return len(b)
-}
-
-// valueKind names the JSON value that starts with c, as encoding/json's
-// errors do.
-func valueKind(c byte) string {
-	switch c {
-	case '[':
-		return "array"
-	case '"':
-		return "string"
-	case 't', 'f':
-		return "bool"
-	}
-	return "number"
-}
-
-// appendString appends s as a JSON string, as encoding/json writes it.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // escapes; never fails for a string
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+			return nil
+		})
+	})
 }

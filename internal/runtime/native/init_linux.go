@@ -116,7 +116,7 @@ func initSandboxSteps(conn *agent.Conn) (_ *agent.Ready, listener *os.File, _ er
 		return nil, nil, fmt.Errorf("first message is %q, want setup", m.Type)
 	}
 	var s setup
-	if err := json.Unmarshal(m.Setup, &s); err != nil {
+	if err := s.decode(m.Setup); err != nil {
 		return nil, nil, fmt.Errorf("decode setup: %w", err)
 	}
 	want := len(s.IDMapped)

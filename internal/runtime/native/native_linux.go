@@ -447,10 +447,7 @@ func (r *Runtime) create(ctx context.Context, spec *runtime.Spec, first *runtime
 	}
 
 	t0 = time.Now()
-	raw, err := json.Marshal(st)
-	if err != nil {
-		return nil, nil, err
-	}
+	raw := st.encode()
 	conn := agent.NewConn(parentEnd)
 	sb.conn = conn
 	intFDs := make([]int, len(fds))
@@ -892,16 +889,16 @@ var lastSweep = map[string]time.Time{}
 // process.
 const sweepEvery = time.Second
 
-// warmJSON builds encoding/json's encoders of the init's setup and of the
-// messages a sandbox's start exchanges, once per process, on a goroutine
-// of its own: the first Marshal of each type builds them (about 0.4 ms for
-// the setup), which otherwise happened on the critical path of the first
-// sandbox (of every `airlock run`) while the other CPU waited for the init
-// to start. (A Message builds only the encoders of its sub-messages that
-// are set: see agent.Message.MarshalJSON.)
+// warmJSON builds encoding/json's encoders of the messages a sandbox's
+// start exchanges, once per process, on a goroutine of its own: the first
+// Marshal of each type builds them, which otherwise happened on the
+// critical path of the first sandbox (of every `airlock run`) while the
+// supervisor waited for the init to start. (A Message builds only the
+// encoders of its sub-messages that are set: see
+// agent.Message.MarshalJSON; the setup has a codec of its own: see
+// setup.encode.)
 var warmJSON = sync.OnceFunc(func() {
 	go func() {
-		json.Marshal(&setup{})
 		json.Marshal(&agent.ExecRequest{})
 		json.Marshal(&agent.Ready{})
 		json.Marshal(&agent.Started{})
