@@ -9,6 +9,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // connPair returns both ends of a fresh control channel, closed at the end.
@@ -234,5 +237,30 @@ func TestConnPayload(t *testing.T) {
 		}
 		a.Close()
 		cb.Close()
+	}
+}
+
+// TestCatchSignalsAsInitOutsidePID1: outside a PID namespace's init,
+// CatchSignalsAsInit catches the signals a Go program dies of, as
+// CatchSignals does (the kernel would not protect it).
+func TestCatchSignalsAsInitOutsidePID1(t *testing.T) {
+	if os.Getpid() == 1 {
+		t.Skip("the test process is PID 1")
+	}
+	sigs := CatchSignalsAsInit()
+	<-sigs.ready
+	if sigs.other == nil {
+		t.Fatal("not PID 1, and the ending signals are not caught")
+	}
+	if err := unix.Kill(os.Getpid(), unix.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-sigs.other:
+		if got != unix.SIGHUP {
+			t.Fatalf("caught %v, want SIGHUP", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("SIGHUP to this process was not caught")
 	}
 }

@@ -401,3 +401,27 @@ func TestP16KillAll(t *testing.T) {
 		t.Errorf("host process %d was killed from inside a sandbox", decoy.Process.Pid)
 	}
 }
+
+// Signals from inside the sandbox to its init (PID 1) leave the sandbox
+// running: Linux delivers none to a PID namespace's init that has no
+// handler for it, and the native init has none for those a Go program
+// dies of (agent.CatchSignalsAsInit). The control: the same signals to
+// the command itself end it.
+func TestSignalsToInitFromInside(t *testing.T) {
+	r := sh(t, opts{}, nil, `for s in TERM INT HUP QUIT USR1 USR2 PIPE ALRM; do kill -$s 1 || echo failed=$s; done; sleep 0.3; echo alive=yes`)
+	mustOK(t, r, "signals to PID 1")
+	m := kv(r.stdout)
+	expect(t, m, "alive", "yes")
+	if v, ok := m["failed"]; ok {
+		t.Errorf("kill -%s 1 failed inside the sandbox\n%s", v, r)
+	}
+	for _, s := range []struct {
+		name string
+		num  int
+	}{{"TERM", 15}, {"INT", 2}, {"HUP", 1}, {"QUIT", 3}} {
+		r := sh(t, opts{}, nil, `kill -`+s.name+` $$; echo survived`)
+		if r.code != 128+s.num || strings.Contains(r.stdout, "survived") {
+			t.Errorf("control: kill -%s to the command: want exit %d\n%s", s.name, 128+s.num, r)
+		}
+	}
+}

@@ -56,7 +56,7 @@ func InitMain() {
 	}
 	conn := agent.NewConn(os.NewFile(controlFD, "control"))
 	// Caught while the setup is on its way and applied.
-	sigs := agent.CatchSignals()
+	sigs := agent.CatchSignalsAsInit()
 	// The first message this init sends (ready) builds encoding/json's
 	// encoder of its type: built meanwhile, while the setup is on its way
 	// and applied.
