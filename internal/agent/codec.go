@@ -77,13 +77,17 @@ func (m *Message) MarshalJSON() ([]byte, error) {
 		if !set {
 			return nil
 		}
+		b = append(b, ',', '"')
+		b = append(b, name...)
+		b = append(b, '"', ':')
+		var ok bool
+		if b, ok = appendStart(b, field); ok {
+			return nil
+		}
 		v, err := json.Marshal(field)
 		if err != nil {
 			return err
 		}
-		b = append(b, ',', '"')
-		b = append(b, name...)
-		b = append(b, '"', ':')
 		b = append(b, v...)
 		return nil
 	})
@@ -122,6 +126,9 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 		// sub-message as with encoding/json.
 		return m.subMessages(func(name string, field any, _ bool) error {
 			if bytes.EqualFold(key, []byte(name)) {
+				if ok, err := decodeStart(raw, field); ok {
+					return err
+				}
 				return json.Unmarshal(raw, field)
 			}
 			return nil

@@ -191,6 +191,9 @@ func FuzzMessageDecode(f *testing.F) {
 	f.Add([]byte(`{"TYPE":"exec","Exec":{"argv":["a"]},"z":[1,{"a":null}],"setup":{"b":"}"}}`))
 	f.Add([]byte(`{"\u0074ype":"ack","ack":{}, "spill":true}`))
 	f.Add([]byte(`{"type":"exit","exit":{"id":1},"Exit":{"code":2},"type":"x","setup":[1],"setup":{}}`))
+	for _, in := range startInputs {
+		f.Add([]byte(in))
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var got, ref Message
 		err := got.UnmarshalJSON(in)
@@ -202,4 +205,98 @@ func FuzzMessageDecode(f *testing.F) {
 			t.Fatalf("%q: decoded %+v, encoding/json decoded %+v", in, got, ref)
 		}
 	})
+}
+
+// TestStartMessagesCodec: the start's sub-messages, encoded field by
+// field (subcodec.go), are byte for byte what encoding/json writes with
+// no field set, with each field alone and with all of them, and decode
+// back as encoding/json decodes them.
+func TestStartMessagesCodec(t *testing.T) {
+	var cases []*Message
+	for _, field := range []string{"Exec", "Ready", "Started", "Exit"} {
+		f := reflect.ValueOf(&Message{}).Elem().FieldByName(field)
+		st := f.Type().Elem()
+		// None set.
+		m := &Message{Type: field}
+		reflect.ValueOf(m).Elem().FieldByName(field).Set(reflect.New(st))
+		cases = append(cases, m)
+		// Each alone, then all.
+		full := reflect.New(st)
+		fill(full.Elem(), 0)
+		for i := 0; i < st.NumField(); i++ {
+			m := &Message{Type: field + "." + st.Field(i).Name}
+			one := reflect.New(st)
+			one.Elem().Field(i).Set(full.Elem().Field(i))
+			reflect.ValueOf(m).Elem().FieldByName(field).Set(one)
+			cases = append(cases, m)
+		}
+		m = &Message{Type: field + ".all"}
+		reflect.ValueOf(m).Elem().FieldByName(field).Set(full)
+		cases = append(cases, m)
+	}
+	cases = append(cases,
+		&Message{Type: "empty lists", Exec: &ExecRequest{Argv: []string{}, Env: []string{}}, Ready: &Ready{Placeholders: []string{}, Steps: map[string]int64{}}},
+		&Message{Type: "steps", Ready: &Ready{Steps: map[string]int64{"z": 1, "a<": -2, "m\u00e9": 3}}},
+		&Message{Type: "outputs", Exit: &Exit{Output: &Output{}}},
+		&Message{Type: "stderr only", Exit: &Exit{Output: &Output{Stderr: []byte{0, 0xff, '"'}}}},
+		&Message{Type: "big", Exec: &ExecRequest{ID: 1<<64 - 1, Rows: 65535, Cols: 1, Collect: -1 << 63}, Started: &Started{ID: 1 << 63, Pid: 1<<63 - 1}})
+	for _, m := range cases {
+		ref, err := json.Marshal((*plainMessage)(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.MarshalJSON()
+		if err != nil {
+			t.Fatalf("%s: %v", m.Type, err)
+		}
+		if !bytes.Equal(got, ref) {
+			t.Errorf("%s: encoded\n%s\nencoding/json:\n%s", m.Type, got, ref)
+		}
+		var back, refBack Message
+		if err := back.UnmarshalJSON(ref); err != nil {
+			t.Fatalf("%s: decode: %v", m.Type, err)
+		}
+		if err := json.Unmarshal(ref, (*plainMessage)(&refBack)); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(back, refBack) {
+			t.Errorf("%s: decoded %+v, encoding/json decoded %+v", m.Type, back, refBack)
+		}
+	}
+}
+
+// startInputs are edge cases of the start's sub-messages for the
+// decoder: nulls, repeated keys, case, escapes, wrong types, overflow.
+var startInputs = []string{
+	`{"type":"exec","exec":{"id":1,"argv":["a",null,"\u0062"],"env":null,"dir":"/w","tty":true,"rows":24,"cols":80}}`,
+	`{"exec":{"id":null,"argv":null,"dir":null,"collect":null,"capture":null}}`,
+	`{"exec":{"argv":["a","b"]},"exec":{"argv":["c"],"hold":true},"EXEC":{"Dir":"x"}}`,
+	`{"exec":{"rows":65536}}`, `{"exec":{"rows":-1}}`, `{"exec":{"id":-1}}`, `{"exec":{"id":1.5}}`, `{"exec":{"collect":9223372036854775808}}`,
+	`{"exec":[]}`, `{"exec":"x"}`, `{"exec":{"argv":"a"}}`, `{"exec":{"argv":[1]}}`, `{"exec":{"tty":1}}`, `{"exec":{"dir":{}}}`,
+	`{"ready":{"landlock_abi":6,"placeholders":["p"],"steps":{"b":2,"a":1,"a":3,"c":null},"exec_listener_fd":5,"root_fd":6}}`,
+	`{"ready":{"steps":null}}`, `{"ready":{"steps":{}}}`, `{"ready":{"steps":[]}}`, `{"ready":{"steps":{"x":"1"}}}`, `{"ready":{"steps":{"\u00e9":1}}}`,
+	`{"ready":{"steps":{"a":1}},"ready":{"steps":{"b":2}}}`,
+	`{"started":{"id":3,"pid":42}}`, `{"started":null}`, `{"Started":{"PID":7}}`, `{"started":{"pid":"7"}}`,
+	`{"exit":{"id":3,"code":-1,"signal":9,"output":{"stdout":"aGk=","stderr":null}}}`,
+	`{"exit":{"output":null}}`, `{"exit":{"output":{}}}`, `{"exit":{"output":{"stdout":""}}}`, `{"exit":{"output":{"stdout":"!!"}}}`,
+	`{"exit":{"output":{"stdout":"aG\u006b="}}}`, `{"exit":{"output":{"stdout":1}}}`, `{"exit":{"output":[]}}`,
+	`{"exit":{"output":{"stdout":"aGk="}},"exit":{"output":{"stderr":"aGk="}}}`,
+	`{"exit":{"code":2147483648,"signal":-9223372036854775808}}`,
+}
+
+// TestStartMessagesDecodeLikeEncodingJSON: the start's sub-messages
+// decode as encoding/json decodes them, refusals included.
+func TestStartMessagesDecodeLikeEncodingJSON(t *testing.T) {
+	for _, in := range startInputs {
+		var got, ref Message
+		err := got.UnmarshalJSON([]byte(in))
+		rerr := json.Unmarshal([]byte(in), (*plainMessage)(&ref))
+		if (err == nil) != (rerr == nil) {
+			t.Errorf("%s: error %v, encoding/json's %v", in, err, rerr)
+			continue
+		}
+		if err == nil && !reflect.DeepEqual(got, ref) {
+			t.Errorf("%s: decoded %+v, encoding/json decoded %+v", in, got, ref)
+		}
+	}
 }

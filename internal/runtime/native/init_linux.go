@@ -1,7 +1,6 @@
 package native
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -57,10 +56,6 @@ func InitMain() {
 	conn := agent.NewConn(os.NewFile(controlFD, "control"))
 	// Caught while the setup is on its way and applied.
 	sigs := agent.CatchSignalsAsInit()
-	// The first message this init sends (ready) builds encoding/json's
-	// encoder of its type: built meanwhile, while the setup is on its way
-	// and applied.
-	go json.Marshal(&agent.Ready{})
 	ready, listener, err := initSandbox(conn)
 	if err != nil {
 		layer := layerNamespaces

@@ -13,7 +13,6 @@ package native
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -153,7 +152,6 @@ func (r *Runtime) create(ctx context.Context, spec *runtime.Spec, first *runtime
 			return nil, nil, &LayerError{Layer: layerFilesystem, Err: err}
 		}
 	}
-	warmJSON()
 	steps := map[string]time.Duration{}
 	var cu cleanup
 	defer func() {
@@ -888,20 +886,3 @@ var lastSweep = map[string]time.Time{}
 // sweepEvery is the least time between two sweeps of a root by one
 // process.
 const sweepEvery = time.Second
-
-// warmJSON builds encoding/json's encoders of the messages a sandbox's
-// start exchanges, once per process, on a goroutine of its own: the first
-// Marshal of each type builds them, which otherwise happened on the
-// critical path of the first sandbox (of every `airlock run`) while the
-// supervisor waited for the init to start. (A Message builds only the
-// encoders of its sub-messages that are set: see
-// agent.Message.MarshalJSON; the setup has a codec of its own: see
-// setup.encode.)
-var warmJSON = sync.OnceFunc(func() {
-	go func() {
-		json.Marshal(&agent.ExecRequest{})
-		json.Marshal(&agent.Ready{})
-		json.Marshal(&agent.Started{})
-		json.Marshal(&agent.Exit{})
-	}()
-})
