@@ -231,6 +231,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "review" {
 		os.Exit(runReview(os.Args[2:])) // review.go
 	}
+	if len(os.Args) > 1 && os.Args[1] == "ab" {
+		os.Exit(runAB(os.Args[2:])) // ab.go
+	}
 	n := flag.Int("n", 100, fmt.Sprintf("runs of each configuration (at least %d advised)", minRuns))
 	airlockPath := flag.String("airlock", "./bin/airlock", "airlock binary to measure")
 	bwrapPath := flag.String("bwrap", "bwrap", "bubblewrap binary to compare against (looked up in PATH)")
