@@ -32,7 +32,7 @@ func Object(b []byte, t reflect.Type, visit func(key, raw []byte) error) error {
 	if len(b) == 0 {
 		return errors.New("unexpected end of JSON input")
 	}
-	if IsNull(b) {
+	if IsNull(bytes.TrimRight(b, " \t\r\n")) {
 		return nil
 	}
 	if b[0] != '{' {

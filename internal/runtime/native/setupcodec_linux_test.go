@@ -125,7 +125,7 @@ func decodeBoth(start setup, b []byte) error {
 // setupInputs are JSON texts at the edges of what encoding/json accepts
 // into a setup.
 var setupInputs = []string{
-	`{}`, `null`, ` { } `, `[]`, `"x"`, `1`, `true`, ``, `{`, `{"a":}`, `{"state_dir":"a"}x`,
+	`{}`, `null`, " null \n", "\t{}\r\n", ` { } `, `[]`, `"x"`, `1`, `true`, ``, `{`, `{"a":}`, `{"state_dir":"a"}x`,
 	`{"state_dir":"a","Workspace":"b","HOSTNAME":"c","unknown":{"x":[1,2,{}]},"disk":12}`,
 	"{\n\t\"image\" : \"\\u003cimg\\u003e\\n\" ,\r\"etc\":\"\\ud83d\\ude00\"}",
 	`{"st\u0061te_dir":"escaped key"}`,
