@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -103,32 +104,56 @@ func TestMessageCodec(t *testing.T) {
 		&Message{Type: "tab\there"}, &Message{Type: "a\\b"}, &Message{Type: "<&>"},
 		&Message{})
 	for _, m := range cases {
-		ref, err := json.Marshal((*plainMessage)(m))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := m.MarshalJSON()
-		if err != nil {
-			t.Fatalf("%s: %v", m.Type, err)
-		}
-		if !bytes.Equal(got, ref) {
-			t.Errorf("%q: encoded\n%s\nencoding/json:\n%s", m.Type, got, ref)
-		}
-		// json.Marshal of a Message goes through MarshalJSON.
-		if via, _ := json.Marshal(m); !bytes.Equal(via, ref) {
-			t.Errorf("%q: json.Marshal gave\n%s", m.Type, via)
-		}
-		var back, refBack Message
-		if err := back.UnmarshalJSON(ref); err != nil {
-			t.Fatalf("%q: decode: %v", m.Type, err)
-		}
-		if err := json.Unmarshal(ref, (*plainMessage)(&refBack)); err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(back, refBack) {
-			t.Errorf("%q: decoded %+v, encoding/json decoded %+v", m.Type, back, refBack)
-		}
+		checkLikeEncodingJSON(t, m)
 	}
+}
+
+// checkLikeEncodingJSON checks that m encodes byte for byte as
+// encoding/json encodes it from the struct's tags, also through
+// json.Marshal, and decodes back as encoding/json decodes it.
+func checkLikeEncodingJSON(t *testing.T, m *Message) {
+	t.Helper()
+	ref, err := json.Marshal((*plainMessage)(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.MarshalJSON()
+	if err != nil {
+		t.Fatalf("%q: %v", m.Type, err)
+	}
+	if !bytes.Equal(got, ref) {
+		t.Errorf("%q: encoded\n%s\nencoding/json:\n%s", m.Type, got, ref)
+	}
+	// json.Marshal of a Message goes through MarshalJSON.
+	if via, _ := json.Marshal(m); !bytes.Equal(via, ref) {
+		t.Errorf("%q: json.Marshal gave\n%s", m.Type, via)
+	}
+	var back, refBack Message
+	if err := back.UnmarshalJSON(ref); err != nil {
+		t.Fatalf("%q: decode: %v", m.Type, err)
+	}
+	if err := json.Unmarshal(ref, (*plainMessage)(&refBack)); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, refBack) {
+		t.Errorf("%q: decoded %+v, encoding/json decoded %+v", m.Type, back, refBack)
+	}
+}
+
+// decodeLikeEncodingJSON reports a difference between Message's decoding
+// of in and encoding/json's: in acceptance, or in the message when both
+// accept it.
+func decodeLikeEncodingJSON(in []byte) error {
+	var got, ref Message
+	err := got.UnmarshalJSON(in)
+	rerr := json.Unmarshal(in, (*plainMessage)(&ref))
+	if (err == nil) != (rerr == nil) {
+		return fmt.Errorf("%q: error %v, encoding/json's %v", in, err, rerr)
+	}
+	if err == nil && !reflect.DeepEqual(got, ref) {
+		return fmt.Errorf("%q: decoded %+v, encoding/json decoded %+v", in, got, ref)
+	}
+	return nil
 }
 
 // TestMessageDecodeLikeEncodingJSON: input encoding/json takes in its own
@@ -195,14 +220,8 @@ func FuzzMessageDecode(f *testing.F) {
 		f.Add([]byte(in))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		var got, ref Message
-		err := got.UnmarshalJSON(in)
-		rerr := json.Unmarshal(in, (*plainMessage)(&ref))
-		if (err == nil) != (rerr == nil) {
-			t.Fatalf("%q: error %v, encoding/json's %v", in, err, rerr)
-		}
-		if err == nil && !reflect.DeepEqual(got, ref) {
-			t.Fatalf("%q: decoded %+v, encoding/json decoded %+v", in, got, ref)
+		if err := decodeLikeEncodingJSON(in); err != nil {
+			t.Fatal(err)
 		}
 	})
 }
@@ -241,27 +260,7 @@ func TestStartMessagesCodec(t *testing.T) {
 		&Message{Type: "stderr only", Exit: &Exit{Output: &Output{Stderr: []byte{0, 0xff, '"'}}}},
 		&Message{Type: "big", Exec: &ExecRequest{ID: 1<<64 - 1, Rows: 65535, Cols: 1, Collect: -1 << 63}, Started: &Started{ID: 1 << 63, Pid: 1<<63 - 1}})
 	for _, m := range cases {
-		ref, err := json.Marshal((*plainMessage)(m))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := m.MarshalJSON()
-		if err != nil {
-			t.Fatalf("%s: %v", m.Type, err)
-		}
-		if !bytes.Equal(got, ref) {
-			t.Errorf("%s: encoded\n%s\nencoding/json:\n%s", m.Type, got, ref)
-		}
-		var back, refBack Message
-		if err := back.UnmarshalJSON(ref); err != nil {
-			t.Fatalf("%s: decode: %v", m.Type, err)
-		}
-		if err := json.Unmarshal(ref, (*plainMessage)(&refBack)); err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(back, refBack) {
-			t.Errorf("%s: decoded %+v, encoding/json decoded %+v", m.Type, back, refBack)
-		}
+		checkLikeEncodingJSON(t, m)
 	}
 }
 
@@ -288,15 +287,8 @@ var startInputs = []string{
 // decode as encoding/json decodes them, refusals included.
 func TestStartMessagesDecodeLikeEncodingJSON(t *testing.T) {
 	for _, in := range startInputs {
-		var got, ref Message
-		err := got.UnmarshalJSON([]byte(in))
-		rerr := json.Unmarshal([]byte(in), (*plainMessage)(&ref))
-		if (err == nil) != (rerr == nil) {
-			t.Errorf("%s: error %v, encoding/json's %v", in, err, rerr)
-			continue
-		}
-		if err == nil && !reflect.DeepEqual(got, ref) {
-			t.Errorf("%s: decoded %+v, encoding/json decoded %+v", in, got, ref)
+		if err := decodeLikeEncodingJSON([]byte(in)); err != nil {
+			t.Error(err)
 		}
 	}
 }
