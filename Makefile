@@ -19,9 +19,10 @@ LDFLAGS := -X github.com/airlock-dev/airlock/internal/initbin.BuildID=$(BUILD_ID
 # bin/airlock is linked to a scratch file and copied into place: the Go
 # linker writes its output through a shared memory mapping, and a program
 # the kernel holds in its page cache in that form started ~1 ms slower per
-# `airlock run` here (CPU and wall, ~4%; the same bytes copied, or read
-# again after `echo 1 > /proc/sys/vm/drop_caches`, did not), as an
-# installed copy never is.
+# `airlock run` here (CPU and wall, ~4%). The same bytes written with
+# write(2), or read sequentially after a cache drop, did not; read back
+# page by page by an exec's faults (after a reboot) they did, 1.2-1.9 ms
+# (docs/performance.md).
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o internal/initbin/airlock-init ./cmd/airlock-init
 	$(GO) build -trimpath -tags airlock_init -ldflags '$(LDFLAGS)' -o internal/fullbin/airlock-full ./cmd/airlock
