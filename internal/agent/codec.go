@@ -113,19 +113,24 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 	}
 	*m = Message{}
 	return jsonobj.Object(b, reflect.TypeFor[Message](), func(key, raw []byte) error {
+		var err error
 		switch {
-		case bytes.EqualFold(key, []byte("type")):
-			return json.Unmarshal(raw, &m.Type)
-		case bytes.EqualFold(key, []byte("spill")):
-			return json.Unmarshal(raw, &m.Spill)
-		case bytes.EqualFold(key, []byte("setup")):
+		case jsonobj.IsNull(raw) && (is(key, "type") || is(key, "spill")):
+			return nil // leaves them as they are, as encoding/json does
+		case is(key, "type"):
+			m.Type, err = jsonobj.String(raw)
+			return err
+		case is(key, "spill"):
+			m.Spill, err = jsonobj.Bool(raw)
+			return err
+		case is(key, "setup"):
 			m.Setup = append(json.RawMessage(nil), raw...)
 			return nil
 		}
 		// Decoded where it is, so that a key given twice merges into one
 		// sub-message as with encoding/json.
 		return m.subMessages(func(name string, field any, _ bool) error {
-			if bytes.EqualFold(key, []byte(name)) {
+			if is(key, name) {
 				if ok, err := decodeStart(raw, field); ok {
 					return err
 				}

@@ -173,6 +173,8 @@ func TestMessageDecodeLikeEncodingJSON(t *testing.T) {
 		`{"\u0074ype":"exit","exit":{"id":1} , "spill" : false }`,
 		`{"type":"data","data":{"seq":1,"from":2,"eof":true},"x":[{"y":[]},-1.5e3,true,null]}`,
 		"{\n\t\"type\":\"ack\",\r\n\"ack\":{}}",
+		`{"type":"exit","type":null,"spill":true,"Spill":null,"exit":{"id":1}}`,
+		`{"type":"a\u0062\n","spill":false}`,
 	} {
 		var got, ref Message
 		err := got.UnmarshalJSON([]byte(in))
@@ -190,6 +192,8 @@ func TestMessageDecodeLikeEncodingJSON(t *testing.T) {
 		`{"type":"exit"`,
 		`{"type":"exit"} trailing`,
 		`{"type":5}`,
+		`{"spill":"yes"}`,
+		`{"type":["a"]}`,
 		`[]`,
 		``,
 	} {
