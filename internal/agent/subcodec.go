@@ -231,15 +231,8 @@ func appendExit(b []byte, e *Exit) []byte {
 	b = appendInt(b, "signal", int64(e.Signal), true)
 	if o := e.Output; o != nil {
 		b = append(b, `,"output":{`...)
-		if len(o.Stdout) > 0 {
-			b = appendBytes(b, "stdout", o.Stdout)
-		}
-		if len(o.Stderr) > 0 {
-			if len(o.Stdout) > 0 {
-				b = append(b, ',')
-			}
-			b = appendBytes(b, "stderr", o.Stderr)
-		}
+		b = appendBytes(b, "stdout", o.Stdout)
+		b = appendBytes(b, "stderr", o.Stderr)
 		b = append(b, '}')
 	}
 	return append(b, '}')
@@ -288,11 +281,14 @@ func appendInt(b []byte, name string, v int64, omitEmpty bool) []byte {
 	return strconv.AppendInt(b, v, 10)
 }
 
-// appendBytes appends "name":"base64", as encoding/json writes a []byte.
+// appendBytes appends ,"name":"base64", as encoding/json writes a
+// []byte, or nothing for an empty v (omitempty).
 func appendBytes(b []byte, name string, v []byte) []byte {
+	if len(v) == 0 {
+		return b
+	}
+	b = jsonobj.AppendKey(b, name)
 	b = append(b, '"')
-	b = append(b, name...)
-	b = append(b, `":"`...)
 	b = base64.StdEncoding.AppendEncode(b, v)
 	return append(b, '"')
 }
