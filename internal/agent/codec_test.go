@@ -262,6 +262,7 @@ func TestStartMessagesCodec(t *testing.T) {
 		&Message{Type: "steps", Ready: &Ready{Steps: map[string]int64{"z": 1, "a<": -2, "m\u00e9": 3}}},
 		&Message{Type: "outputs", Exit: &Exit{Output: &Output{}}},
 		&Message{Type: "stderr only", Exit: &Exit{Output: &Output{Stderr: []byte{0, 0xff, '"'}}}},
+		&Message{Type: "stdout only", Exit: &Exit{Output: &Output{Stdout: []byte("out\n")}}},
 		&Message{Type: "big", Exec: &ExecRequest{ID: 1<<64 - 1, Rows: 65535, Cols: 1, Collect: -1 << 63}, Started: &Started{ID: 1 << 63, Pid: 1<<63 - 1}})
 	for _, m := range cases {
 		checkLikeEncodingJSON(t, m)
