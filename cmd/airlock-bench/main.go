@@ -23,6 +23,11 @@
 // `airlock run`, and review and apply of a few changes in a 100k-file
 // workspace; see review.go.
 //
+// `airlock-bench ab OLD NEW` and `airlock-bench ab-serve OLD NEW` compare
+// two builds, alternating them measurement by measurement: `airlock run`
+// (wall and CPU), and the service's exec round trip or warm create ->
+// first exec, native or gVisor; see ab.go and abserve.go.
+//
 // # What is measured
 //
 // Part 1, end to end. Each configuration below runs /bin/true N times; a run
@@ -233,6 +238,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "ab" {
 		os.Exit(runAB(os.Args[2:])) // ab.go
+	}
+	if len(os.Args) > 1 && os.Args[1] == "ab-serve" {
+		os.Exit(runABServe(os.Args[2:])) // abserve.go
 	}
 	n := flag.Int("n", 100, fmt.Sprintf("runs of each configuration (at least %d advised)", minRuns))
 	airlockPath := flag.String("airlock", "./bin/airlock", "airlock binary to measure")

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/airlock-dev/airlock/api"
+)
+
+// runABServe is ab for the service: two builds of airlock each run a
+// daemon, side by side, and one measurement is taken from each in turn,
+// pair by pair (A B, then B A), so that both see the same machine. The
+// service's rows move with the machine's drift as much as `airlock run`'s
+// do (the exec round trip of a gVisor sandbox by 2 ms between two runs of
+// `make bench-serve` a minute apart, its runsc reference with it): a
+// change to the daemon or the agent is measured this way or not at all.
+//
+//	go run ./cmd/airlock-bench ab-serve [-n 100] [-runtime native|gvisor] [-warm] [-pause 0] OLD NEW
+//
+// It measures the exec round trip of `true` in a running sandbox of each
+// daemon, or with -warm the creation from a warm pool until the first exec
+// of `true` has answered (both pools full before each pair). -pause
+// leaves the machine idle that long before each measurement: a request
+// that finds the machine idle pays for waking it at every hop between
+// processes, as an agent's command after its model's reply does.
+func runABServe(args []string) int {
+	fs := flag.NewFlagSet("ab-serve", flag.ContinueOnError)
+	n := fs.Int("n", 100, "pairs of measurements")
+	rt := fs.String("runtime", "native", "the sandboxes' runtime: native or gvisor")
+	warm := fs.Bool("warm", false, "measure create -> first exec from a warm pool instead of the exec round trip")
+	pause := fs.Duration("pause", 0, "idle time before each measurement")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: airlock-bench ab-serve [-n 100] [-runtime native|gvisor] [-warm] [-pause 0] A B\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 2 || *n < 1 || *pause < 0 || (*rt != "native" && *rt != "gvisor") {
+		fs.Usage()
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	bins := [2]string{fs.Arg(0), fs.Arg(1)}
+	var measure [2]func() (float64, error)
+	for k, bin := range bins {
+		d, m, err := abServeDaemon(ctx, bin, *rt, *warm)
+		if d != nil {
+			defer d.cleanup()
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock-bench ab-serve: %s: %v\n", bin, err)
+			return 1
+		}
+		measure[k] = m
+	}
+	what := fmt.Sprintf("exec round trip of true, %s sandbox", *rt)
+	if *warm {
+		what = fmt.Sprintf("create -> first exec of true, warm pool, %s sandbox", *rt)
+	}
+	if *pause > 0 {
+		what += fmt.Sprintf(", each after %v idle", *pause)
+		for k, m := range measure {
+			measure[k] = func() (float64, error) {
+				time.Sleep(*pause)
+				return m()
+			}
+		}
+	}
+	if err := abPairs(os.Stdout, *n, bins, what, measure); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-bench ab-serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// abServePool is the size of each daemon's warm pool with -warm.
+const abServePool = 2
+
+// abServeDaemon starts a daemon of bin with runtime rt as its default and
+// returns the measurement to take from it (the daemon is returned for
+// cleanup even when it failed to start).
+func abServeDaemon(ctx context.Context, bin, rt string, warm bool) (*benchDaemon, func() (float64, error), error) {
+	d, err := newBenchDaemon(bin, "airlock-bench-ab-serve-")
+	if err != nil {
+		return nil, nil, err
+	}
+	sock := d.sock()
+	d.cfg = fmt.Sprintf("socket: %s\ndata_dir: %s\nstate_dir: %s\nlog_level: warn\nmax_sandboxes: 16\nmax_creating: 4\ndefault_runtime: %s\n",
+		sock, filepath.Join(d.dir, "data"), d.stateDir(), rt)
+	if warm {
+		d.cfg += fmt.Sprintf("pools:\n  - policy: default\n    size: %d\n", abServePool)
+	}
+	if err := d.start(ctx); err != nil {
+		return d, nil, err
+	}
+	d.created = true // a warm pool fills from the start
+	c := d.c
+	if warm {
+		series := fmt.Sprintf(`airlock_pool_ready_by_runtime{runtime=%q,image="",policy="default"}`, rt)
+		return d, func() (float64, error) {
+			// The pool refills after each creation; a measurement taken
+			// while it does would time the refill's competition too.
+			for i := 0; metric(sock, series) < abServePool; i++ {
+				if i == 6000 {
+					return 0, errors.New("the warm pool did not refill in 60s")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			return createExecMs(ctx, c, &api.CreateSandboxRequest{})
+		}, nil
+	}
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandboxRequest{})
+	if err != nil {
+		return d, nil, fmt.Errorf("create: %w", err)
+	}
+	if sb.Runtime != rt {
+		return d, nil, fmt.Errorf("sandbox %s has runtime %q, not %q", sb.ID, sb.Runtime, rt)
+	}
+	rtt := func() (float64, error) {
+		t0 := time.Now()
+		res, err := c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}})
+		d := float64(time.Since(t0).Microseconds()) / 1000
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("true exited %d", res.ExitCode)
+		}
+		return d, err
+	}
+	// The first commands of a sandbox pay one-time costs (the gVisor
+	// Sentry's caches of the command's files): not counted.
+	for range 3 {
+		if _, err := rtt(); err != nil {
+			return d, nil, fmt.Errorf("exec: %w", err)
+		}
+	}
+	return d, rtt, nil
+}
+
+// abPairs takes n pairs of the two measurements, in alternating order (A
+// B, then B A), and prints their medians and p95s, the difference of the
+// medians and how often B was the faster of its pair. A failed
+// measurement ends it.
+func abPairs(w io.Writer, n int, names [2]string, what string, measure [2]func() (float64, error)) error {
+	var v [2][]float64
+	faster := 0
+	for i := range n {
+		order := [2]int{0, 1}
+		if i%2 == 1 {
+			order = [2]int{1, 0}
+		}
+		var p [2]float64
+		for _, k := range order {
+			d, err := measure[k]()
+			if err != nil {
+				return fmt.Errorf("%s: %w", names[k], err)
+			}
+			p[k] = d
+			v[k] = append(v[k], d)
+		}
+		if p[1] < p[0] {
+			faster++
+		}
+	}
+	for k := range 2 {
+		v[k] = sorted(v[k])
+	}
+	fmt.Fprintf(w, "%d alternating pairs of: %s\n\n", n, what)
+	fmt.Fprintf(w, "%-6s %10s %10s  %s\n", "", "p50", "p95", "binary")
+	for k, name := range [2]string{"A", "B"} {
+		fmt.Fprintf(w, "%-6s %10s %10s  %s\n", name, ms(median(v[k])), ms(percentile(v[k], 95)), names[k])
+	}
+	fmt.Fprintf(w, "\nB - A: %+.2f ms (medians); B faster in %d/%d pairs\n", median(v[1])-median(v[0]), faster, n)
+	return nil
+}
