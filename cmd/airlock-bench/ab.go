@@ -51,38 +51,15 @@ func ab(w io.Writer, n int, bins [2]string, args []string) error {
 	defer os.Remove(errf.Name())
 	defer errf.Close()
 	r := &runner{errf: errf}
-	var wall, cpu [2][]float64
-	fasterWall, fasterCPU := 0, 0
-	for i := range n {
-		order := [2]int{0, 1}
-		if i%2 == 1 {
-			order = [2]int{1, 0}
-		}
-		var pw, pc [2]float64
-		for _, k := range order {
-			d, stderr, err := r.run(append([]string{bins[k]}, args...))
+	var measure [2]func() ([]float64, error)
+	for k, bin := range bins {
+		measure[k] = func() ([]float64, error) {
+			d, stderr, err := r.run(append([]string{bin}, args...))
 			if err != nil {
-				return fmt.Errorf("%v\n%s", err, indent(stderr))
+				return nil, fmt.Errorf("%v\n%s", err, indent(stderr))
 			}
-			pw[k], pc[k] = d, r.lastCPU
-			wall[k], cpu[k] = append(wall[k], d), append(cpu[k], r.lastCPU)
-		}
-		if pw[1] < pw[0] {
-			fasterWall++
-		}
-		if pc[1] < pc[0] {
-			fasterCPU++
+			return []float64{d, r.lastCPU}, nil
 		}
 	}
-	for k := range 2 {
-		wall[k], cpu[k] = sorted(wall[k]), sorted(cpu[k])
-	}
-	fmt.Fprintf(w, "%d alternating pairs of: %v\n\n", n, args)
-	fmt.Fprintf(w, "%-6s %10s %10s %10s %10s  %s\n", "", "wall p50", "wall p95", "CPU p50", "CPU p95", "binary")
-	for k, name := range [2]string{"A", "B"} {
-		fmt.Fprintf(w, "%-6s %10s %10s %10s %10s  %s\n", name, ms(median(wall[k])), ms(percentile(wall[k], 95)), ms(median(cpu[k])), ms(percentile(cpu[k], 95)), bins[k])
-	}
-	fmt.Fprintf(w, "\nB - A: wall %+.2f ms, CPU %+.2f ms (medians); B faster in %d/%d pairs by wall, %d/%d by CPU\n",
-		median(wall[1])-median(wall[0]), median(cpu[1])-median(cpu[0]), fasterWall, n, fasterCPU, n)
-	return nil
+	return abPairs(w, n, bins, fmt.Sprint(args), []string{"wall", "CPU"}, measure)
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,7 +52,7 @@ func runABServe(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	bins := [2]string{fs.Arg(0), fs.Arg(1)}
-	var measure [2]func() (float64, error)
+	var measure [2]func() ([]float64, error)
 	for k, bin := range bins {
 		d, m, err := abServeDaemon(ctx, bin, *rt, *warm)
 		if d != nil {
@@ -61,7 +62,10 @@ func runABServe(args []string) int {
 			fmt.Fprintf(os.Stderr, "airlock-bench ab-serve: %s: %v\n", bin, err)
 			return 1
 		}
-		measure[k] = m
+		measure[k] = func() ([]float64, error) {
+			d, err := m()
+			return []float64{d}, err
+		}
 	}
 	what := fmt.Sprintf("exec round trip of true, %s sandbox", *rt)
 	if *warm {
@@ -70,13 +74,13 @@ func runABServe(args []string) int {
 	if *pause > 0 {
 		what += fmt.Sprintf(", each after %v idle", *pause)
 		for k, m := range measure {
-			measure[k] = func() (float64, error) {
+			measure[k] = func() ([]float64, error) {
 				time.Sleep(*pause)
 				return m()
 			}
 		}
 	}
-	if err := abPairs(os.Stdout, *n, bins, what, measure); err != nil {
+	if err := abPairs(os.Stdout, *n, bins, what, []string{""}, measure); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock-bench ab-serve: %v\n", err)
 		return 1
 	}
@@ -145,39 +149,66 @@ func abServeDaemon(ctx context.Context, bin, rt string, warm bool) (*benchDaemon
 	return d, rtt, nil
 }
 
-// abPairs takes n pairs of the two measurements, in alternating order (A
-// B, then B A), and prints their medians and p95s, the difference of the
-// medians and how often B was the faster of its pair. A failed
-// measurement ends it.
-func abPairs(w io.Writer, n int, names [2]string, what string, measure [2]func() (float64, error)) error {
-	var v [2][]float64
-	faster := 0
+// abPairs takes n pairs of the two builds' measurements, in alternating
+// order (A B, then B A), and prints, for each metric (one value each per
+// measurement, in milliseconds; an unnamed one for a single metric), the
+// builds' medians and p95s, the difference of the medians and how often B
+// was the faster of its pair. A failed measurement ends it.
+func abPairs(w io.Writer, n int, names [2]string, what string, metrics []string, measure [2]func() ([]float64, error)) error {
+	v := make([][2][]float64, len(metrics))
+	faster := make([]int, len(metrics))
 	for i := range n {
 		order := [2]int{0, 1}
 		if i%2 == 1 {
 			order = [2]int{1, 0}
 		}
-		var p [2]float64
+		var p [2][]float64
 		for _, k := range order {
 			d, err := measure[k]()
 			if err != nil {
 				return fmt.Errorf("%s: %w", names[k], err)
 			}
+			if len(d) != len(metrics) {
+				return fmt.Errorf("%s: %d values for %d metrics", names[k], len(d), len(metrics))
+			}
 			p[k] = d
-			v[k] = append(v[k], d)
+			for j := range metrics {
+				v[j][k] = append(v[j][k], d[j])
+			}
 		}
-		if p[1] < p[0] {
-			faster++
+		for j := range metrics {
+			if p[1][j] < p[0][j] {
+				faster[j]++
+			}
 		}
 	}
-	for k := range 2 {
-		v[k] = sorted(v[k])
+	label := func(m, s string) string {
+		if m == "" {
+			return s
+		}
+		return m + " " + s
 	}
-	fmt.Fprintf(w, "%d alternating pairs of: %s\n\n", n, what)
-	fmt.Fprintf(w, "%-6s %10s %10s  %s\n", "", "p50", "p95", "binary")
+	fmt.Fprintf(w, "%d alternating pairs of: %s\n\n%-6s", n, what, "")
+	for _, m := range metrics {
+		fmt.Fprintf(w, " %10s %10s", label(m, "p50"), label(m, "p95"))
+	}
+	fmt.Fprintf(w, "  binary\n")
 	for k, name := range [2]string{"A", "B"} {
-		fmt.Fprintf(w, "%-6s %10s %10s  %s\n", name, ms(median(v[k])), ms(percentile(v[k], 95)), names[k])
+		fmt.Fprintf(w, "%-6s", name)
+		for j := range metrics {
+			v[j][k] = sorted(v[j][k])
+			fmt.Fprintf(w, " %10s %10s", ms(median(v[j][k])), ms(percentile(v[j][k], 95)))
+		}
+		fmt.Fprintf(w, "  %s\n", names[k])
 	}
-	fmt.Fprintf(w, "\nB - A: %+.2f ms (medians); B faster in %d/%d pairs\n", median(v[1])-median(v[0]), faster, n)
+	var deltas, wins []string
+	for j, m := range metrics {
+		delta, win := fmt.Sprintf("%+.2f ms", median(v[j][1])-median(v[j][0])), fmt.Sprintf("%d/%d pairs", faster[j], n)
+		if m != "" {
+			delta, win = m+" "+delta, win+" by "+m
+		}
+		deltas, wins = append(deltas, delta), append(wins, win)
+	}
+	fmt.Fprintf(w, "\nB - A: %s (medians); B faster in %s\n", strings.Join(deltas, ", "), strings.Join(wins, ", "))
 	return nil
 }

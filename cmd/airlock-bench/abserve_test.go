@@ -16,12 +16,12 @@ func TestABPairs(t *testing.T) {
 	a := []float64{5, 7, 6, 9}
 	b := []float64{4, 8, 3, 2}
 	ia, ib := 0, 0
-	measure := [2]func() (float64, error){
-		func() (float64, error) { calls = append(calls, "A"); ia++; return a[ia-1], nil },
-		func() (float64, error) { calls = append(calls, "B"); ib++; return b[ib-1], nil },
+	measure := [2]func() ([]float64, error){
+		func() ([]float64, error) { calls = append(calls, "A"); ia++; return []float64{a[ia-1]}, nil },
+		func() ([]float64, error) { calls = append(calls, "B"); ib++; return []float64{b[ib-1]}, nil },
 	}
 	var out strings.Builder
-	if err := abPairs(&out, 4, [2]string{"old", "new"}, "a thing", measure); err != nil {
+	if err := abPairs(&out, 4, [2]string{"old", "new"}, "a thing", []string{""}, measure); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(calls, ""); got != "ABBAABBA" {
@@ -45,11 +45,26 @@ func TestABPairs(t *testing.T) {
 		t.Errorf("rows %q:\n%s", rows, out.String())
 	}
 
+	// Two metrics: each has its columns, its difference and its count.
+	two := [2]func() ([]float64, error){
+		func() ([]float64, error) { return []float64{2, 1}, nil },
+		func() ([]float64, error) { return []float64{1, 3}, nil },
+	}
+	out.Reset()
+	if err := abPairs(&out, 2, [2]string{"old", "new"}, "two", []string{"wall", "CPU"}, two); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"wall p50", "CPU p95", "B - A: wall -1.00 ms, CPU +2.00 ms (medians); B faster in 2/2 pairs by wall, 0/2 pairs by CPU"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+
 	// The control: a failure is an error naming the build, not a figure.
 	boom := errors.New("boom")
-	measure[0] = func() (float64, error) { return 1, nil }
-	measure[1] = func() (float64, error) { return 0, boom }
-	err := abPairs(io.Discard, 2, [2]string{"old", "new"}, "a thing", measure)
+	measure[0] = func() ([]float64, error) { return []float64{1}, nil }
+	measure[1] = func() ([]float64, error) { return nil, boom }
+	err := abPairs(io.Discard, 2, [2]string{"old", "new"}, "a thing", []string{""}, measure)
 	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "new") {
 		t.Errorf("err = %v, want boom from new", err)
 	}
