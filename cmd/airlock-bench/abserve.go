@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,15 +19,15 @@ import (
 // daemon, side by side, and one measurement is taken from each in turn,
 // pair by pair (A B, then B A), so that both see the same machine. The
 // service's rows move with the machine's drift as much as `airlock run`'s
-// do (the exec round trip of a gVisor sandbox by 2 ms between two runs of
-// `make bench-serve` a minute apart, its runsc reference with it): a
+// do (the same build's gVisor exec round trip measured 11.3, 13.2 and
+// 15.5 ms within an hour here, its runsc reference 20.7 to 25.1 ms): a
 // change to the daemon or the agent is measured this way or not at all.
 //
 //	go run ./cmd/airlock-bench ab-serve [-n 100] [-runtime native|gvisor] [-warm] [-pause 0] OLD NEW
 //
 // It measures the exec round trip of `true` in a running sandbox of each
 // daemon, or with -warm the creation from a warm pool until the first exec
-// of `true` has answered (both pools full before each pair). -pause
+// of `true` has answered (both pools full before each one). -pause
 // leaves the machine idle that long before each measurement: a request
 // that finds the machine idle pays for waking it at every hop between
 // processes, as an agent's command after its model's reply does.
@@ -53,8 +52,9 @@ func runABServe(args []string) int {
 	defer stop()
 	bins := [2]string{fs.Arg(0), fs.Arg(1)}
 	var measure [2]func() ([]float64, error)
+	var settle []func() error // each daemon's, before every measurement
 	for k, bin := range bins {
-		d, m, err := abServeDaemon(ctx, bin, *rt, *warm)
+		d, m, s, err := abServeDaemon(ctx, bin, *rt, *warm)
 		if d != nil {
 			defer d.cleanup()
 		}
@@ -62,9 +62,18 @@ func runABServe(args []string) int {
 			fmt.Fprintf(os.Stderr, "airlock-bench ab-serve: %s: %v\n", bin, err)
 			return 1
 		}
+		if s != nil {
+			settle = append(settle, s)
+		}
 		measure[k] = func() ([]float64, error) {
-			d, err := m()
-			return []float64{d}, err
+			for _, s := range settle {
+				if err := s(); err != nil {
+					return nil, err
+				}
+			}
+			time.Sleep(*pause)
+			v, err := m()
+			return []float64{v}, err
 		}
 	}
 	what := fmt.Sprintf("exec round trip of true, %s sandbox", *rt)
@@ -73,12 +82,6 @@ func runABServe(args []string) int {
 	}
 	if *pause > 0 {
 		what += fmt.Sprintf(", each after %v idle", *pause)
-		for k, m := range measure {
-			measure[k] = func() ([]float64, error) {
-				time.Sleep(*pause)
-				return m()
-			}
-		}
 	}
 	if err := abPairs(os.Stdout, *n, bins, what, []string{""}, measure); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock-bench ab-serve: %v\n", err)
@@ -91,12 +94,15 @@ func runABServe(args []string) int {
 const abServePool = 2
 
 // abServeDaemon starts a daemon of bin with runtime rt as its default and
-// returns the measurement to take from it (the daemon is returned for
-// cleanup even when it failed to start).
-func abServeDaemon(ctx context.Context, bin, rt string, warm bool) (*benchDaemon, func() (float64, error), error) {
+// returns the measurement to take from it and, with warm, what must hold
+// before any measurement of either daemon: its pool full (a pool refills
+// after each creation, and a measurement taken meanwhile would time the
+// refill's competition too). The daemon is returned for cleanup even when
+// it failed to start.
+func abServeDaemon(ctx context.Context, bin, rt string, warm bool) (*benchDaemon, func() (float64, error), func() error, error) {
 	d, err := newBenchDaemon(bin, "airlock-bench-ab-serve-")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	sock := d.sock()
 	d.cfg = fmt.Sprintf("socket: %s\ndata_dir: %s\nstate_dir: %s\nlog_level: warn\nmax_sandboxes: 16\nmax_creating: 4\ndefault_runtime: %s\n",
@@ -105,48 +111,47 @@ func abServeDaemon(ctx context.Context, bin, rt string, warm bool) (*benchDaemon
 		d.cfg += fmt.Sprintf("pools:\n  - policy: default\n    size: %d\n", abServePool)
 	}
 	if err := d.start(ctx); err != nil {
-		return d, nil, err
+		return d, nil, nil, err
 	}
 	d.created = true // a warm pool fills from the start
 	c := d.c
 	if warm {
 		series := fmt.Sprintf(`airlock_pool_ready_by_runtime{runtime=%q,image="",policy="default"}`, rt)
-		return d, func() (float64, error) {
-			// The pool refills after each creation; a measurement taken
-			// while it does would time the refill's competition too.
+		full := func() error {
 			for i := 0; metric(sock, series) < abServePool; i++ {
 				if i == 6000 {
-					return 0, errors.New("the warm pool did not refill in 60s")
+					return fmt.Errorf("%s: the warm pool did not refill in 60s", bin)
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			return createExecMs(ctx, c, &api.CreateSandboxRequest{})
-		}, nil
+			return nil
+		}
+		return d, func() (float64, error) { return createExecMs(ctx, c, &api.CreateSandboxRequest{}) }, full, nil
 	}
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandboxRequest{})
 	if err != nil {
-		return d, nil, fmt.Errorf("create: %w", err)
+		return d, nil, nil, fmt.Errorf("create: %w", err)
 	}
 	if sb.Runtime != rt {
-		return d, nil, fmt.Errorf("sandbox %s has runtime %q, not %q", sb.ID, sb.Runtime, rt)
+		return d, nil, nil, fmt.Errorf("sandbox %s has runtime %q, not %q", sb.ID, sb.Runtime, rt)
 	}
 	rtt := func() (float64, error) {
 		t0 := time.Now()
 		res, err := c.Exec(ctx, sb.ID, &api.ExecRequest{Argv: []string{"true"}})
-		d := float64(time.Since(t0).Microseconds()) / 1000
+		took := float64(time.Since(t0).Microseconds()) / 1000
 		if err == nil && res.ExitCode != 0 {
 			err = fmt.Errorf("true exited %d", res.ExitCode)
 		}
-		return d, err
+		return took, err
 	}
 	// The first commands of a sandbox pay one-time costs (the gVisor
 	// Sentry's caches of the command's files): not counted.
 	for range 3 {
 		if _, err := rtt(); err != nil {
-			return d, nil, fmt.Errorf("exec: %w", err)
+			return d, nil, nil, fmt.Errorf("exec: %w", err)
 		}
 	}
-	return d, rtt, nil
+	return d, rtt, nil, nil
 }
 
 // abPairs takes n pairs of the two builds' measurements, in alternating
