@@ -77,9 +77,7 @@ func (m *Message) MarshalJSON() ([]byte, error) {
 		if !set {
 			return nil
 		}
-		b = append(b, ',', '"')
-		b = append(b, name...)
-		b = append(b, '"', ':')
+		b = jsonobj.AppendKey(b, name)
 		var ok bool
 		if b, ok = appendStart(b, field); ok {
 			return nil
@@ -115,22 +113,22 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 	return jsonobj.Object(b, reflect.TypeFor[Message](), func(key, raw []byte) error {
 		var err error
 		switch {
-		case jsonobj.IsNull(raw) && (is(key, "type") || is(key, "spill")):
+		case jsonobj.IsNull(raw) && (jsonobj.Is(key, "type") || jsonobj.Is(key, "spill")):
 			return nil // leaves them as they are, as encoding/json does
-		case is(key, "type"):
+		case jsonobj.Is(key, "type"):
 			m.Type, err = jsonobj.String(raw)
 			return err
-		case is(key, "spill"):
+		case jsonobj.Is(key, "spill"):
 			m.Spill, err = jsonobj.Bool(raw)
 			return err
-		case is(key, "setup"):
+		case jsonobj.Is(key, "setup"):
 			m.Setup = append(json.RawMessage(nil), raw...)
 			return nil
 		}
 		// Decoded where it is, so that a key given twice merges into one
 		// sub-message as with encoding/json.
 		return m.subMessages(func(name string, field any, _ bool) error {
-			if is(key, name) {
+			if jsonobj.Is(key, name) {
 				if ok, err := decodeStart(raw, field); ok {
 					return err
 				}

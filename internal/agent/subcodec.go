@@ -80,14 +80,12 @@ func decodeInto[T any](raw []byte, p **T, field func(v *T, key, raw []byte) erro
 // (a list, a map, a pointer) rather than leaving alone.
 func nullable(key []byte) bool {
 	for _, n := range [...]string{"argv", "env", "placeholders", "steps", "output", "stdout", "stderr"} {
-		if bytes.EqualFold(key, []byte(n)) {
+		if jsonobj.Is(key, n) {
 			return true
 		}
 	}
 	return false
 }
-
-func is(key []byte, name string) bool { return bytes.EqualFold(key, []byte(name)) }
 
 func appendExecRequest(b []byte, r *ExecRequest) []byte {
 	b = append(b, `{"id":`...)
@@ -98,41 +96,41 @@ func appendExecRequest(b []byte, r *ExecRequest) []byte {
 	b = jsonobj.AppendStrings(b, r.Env)
 	b = append(b, `,"dir":`...)
 	b = jsonobj.AppendString(b, r.Dir)
-	b = appendFlag(b, "tty", r.TTY)
-	b = appendFlag(b, "capture", r.Capture)
-	b = appendFlag(b, "hold", r.Hold)
-	b = appendInt(b, "collect", int64(r.Collect), true)
-	b = appendFlag(b, "no_stdin", r.NoStdin)
-	b = appendInt(b, "rows", int64(r.Rows), true)
-	b = appendInt(b, "cols", int64(r.Cols), true)
+	b = jsonobj.AppendFlag(b, "tty", r.TTY)
+	b = jsonobj.AppendFlag(b, "capture", r.Capture)
+	b = jsonobj.AppendFlag(b, "hold", r.Hold)
+	b = jsonobj.AppendInt(b, "collect", int64(r.Collect), true)
+	b = jsonobj.AppendFlag(b, "no_stdin", r.NoStdin)
+	b = jsonobj.AppendInt(b, "rows", int64(r.Rows), true)
+	b = jsonobj.AppendInt(b, "cols", int64(r.Cols), true)
 	return append(b, '}')
 }
 
 func decodeExecRequest(r *ExecRequest, key, raw []byte) (err error) {
 	switch {
-	case is(key, "id"):
+	case jsonobj.Is(key, "id"):
 		r.ID, err = jsonobj.Uint(raw)
-	case is(key, "argv"):
+	case jsonobj.Is(key, "argv"):
 		r.Argv, err = jsonobj.Strings(raw, r.Argv)
-	case is(key, "env"):
+	case jsonobj.Is(key, "env"):
 		r.Env, err = jsonobj.Strings(raw, r.Env)
-	case is(key, "dir"):
+	case jsonobj.Is(key, "dir"):
 		r.Dir, err = jsonobj.String(raw)
-	case is(key, "tty"):
+	case jsonobj.Is(key, "tty"):
 		r.TTY, err = jsonobj.Bool(raw)
-	case is(key, "capture"):
+	case jsonobj.Is(key, "capture"):
 		r.Capture, err = jsonobj.Bool(raw)
-	case is(key, "hold"):
+	case jsonobj.Is(key, "hold"):
 		r.Hold, err = jsonobj.Bool(raw)
-	case is(key, "collect"):
+	case jsonobj.Is(key, "collect"):
 		var n int64
 		n, err = jsonobj.Int(raw)
 		r.Collect = int(n)
-	case is(key, "no_stdin"):
+	case jsonobj.Is(key, "no_stdin"):
 		r.NoStdin, err = jsonobj.Bool(raw)
-	case is(key, "rows"):
+	case jsonobj.Is(key, "rows"):
 		r.Rows, err = uint16Of(raw)
-	case is(key, "cols"):
+	case jsonobj.Is(key, "cols"):
 		r.Cols, err = uint16Of(raw)
 	}
 	return err
@@ -158,20 +156,20 @@ func appendReady(b []byte, r *Ready) []byte {
 		}
 		b = append(b, '}')
 	}
-	b = appendInt(b, "exec_listener_fd", int64(r.ExecListenerFD), true)
-	b = appendInt(b, "root_fd", int64(r.RootFD), true)
+	b = jsonobj.AppendInt(b, "exec_listener_fd", int64(r.ExecListenerFD), true)
+	b = jsonobj.AppendInt(b, "root_fd", int64(r.RootFD), true)
 	return append(b, '}')
 }
 
 func decodeReady(r *Ready, key, raw []byte) (err error) {
 	var n int64
 	switch {
-	case is(key, "landlock_abi"):
+	case jsonobj.Is(key, "landlock_abi"):
 		n, err = jsonobj.Int(raw)
 		r.LandlockABI = int(n)
-	case is(key, "placeholders"):
+	case jsonobj.Is(key, "placeholders"):
 		r.Placeholders, err = jsonobj.Strings(raw, r.Placeholders)
-	case is(key, "steps"):
+	case jsonobj.Is(key, "steps"):
 		if jsonobj.IsNull(raw) {
 			r.Steps = nil
 			return nil
@@ -193,10 +191,10 @@ func decodeReady(r *Ready, key, raw []byte) (err error) {
 			r.Steps[string(k)] = n
 			return nil
 		})
-	case is(key, "exec_listener_fd"):
+	case jsonobj.Is(key, "exec_listener_fd"):
 		n, err = jsonobj.Int(raw)
 		r.ExecListenerFD = int(n)
-	case is(key, "root_fd"):
+	case jsonobj.Is(key, "root_fd"):
 		n, err = jsonobj.Int(raw)
 		r.RootFD = int(n)
 	}
@@ -213,9 +211,9 @@ func appendStarted(b []byte, s *Started) []byte {
 
 func decodeStarted(s *Started, key, raw []byte) (err error) {
 	switch {
-	case is(key, "id"):
+	case jsonobj.Is(key, "id"):
 		s.ID, err = jsonobj.Uint(raw)
-	case is(key, "pid"):
+	case jsonobj.Is(key, "pid"):
 		var n int64
 		n, err = jsonobj.Int(raw)
 		s.Pid = int(n)
@@ -228,11 +226,11 @@ func appendExit(b []byte, e *Exit) []byte {
 	b = strconv.AppendUint(b, e.ID, 10)
 	b = append(b, `,"code":`...)
 	b = strconv.AppendInt(b, int64(e.Code), 10)
-	b = appendInt(b, "signal", int64(e.Signal), true)
+	b = jsonobj.AppendInt(b, "signal", int64(e.Signal), true)
 	if o := e.Output; o != nil {
 		b = append(b, `,"output":{`...)
-		b = appendBytes(b, "stdout", o.Stdout)
-		b = appendBytes(b, "stderr", o.Stderr)
+		b = jsonobj.AppendBytes(b, "stdout", o.Stdout)
+		b = jsonobj.AppendBytes(b, "stderr", o.Stderr)
 		b = append(b, '}')
 	}
 	return append(b, '}')
@@ -241,56 +239,26 @@ func appendExit(b []byte, e *Exit) []byte {
 func decodeExit(e *Exit, key, raw []byte) (err error) {
 	var n int64
 	switch {
-	case is(key, "id"):
+	case jsonobj.Is(key, "id"):
 		e.ID, err = jsonobj.Uint(raw)
-	case is(key, "code"):
+	case jsonobj.Is(key, "code"):
 		n, err = jsonobj.Int(raw)
 		e.Code = int(n)
-	case is(key, "signal"):
+	case jsonobj.Is(key, "signal"):
 		n, err = jsonobj.Int(raw)
 		e.Signal = int(n)
-	case is(key, "output"):
+	case jsonobj.Is(key, "output"):
 		err = decodeInto(raw, &e.Output, func(o *Output, key, raw []byte) (err error) {
 			switch {
-			case is(key, "stdout"):
+			case jsonobj.Is(key, "stdout"):
 				o.Stdout, err = bytesOf(raw)
-			case is(key, "stderr"):
+			case jsonobj.Is(key, "stderr"):
 				o.Stderr, err = bytesOf(raw)
 			}
 			return err
 		})
 	}
 	return err
-}
-
-// appendFlag appends ,"name":true when v is set (omitempty).
-func appendFlag(b []byte, name string, v bool) []byte {
-	if !v {
-		return b
-	}
-	b = jsonobj.AppendKey(b, name)
-	return append(b, "true"...)
-}
-
-// appendInt appends ,"name":v, or nothing for a zero v when omitEmpty.
-func appendInt(b []byte, name string, v int64, omitEmpty bool) []byte {
-	if v == 0 && omitEmpty {
-		return b
-	}
-	b = jsonobj.AppendKey(b, name)
-	return strconv.AppendInt(b, v, 10)
-}
-
-// appendBytes appends ,"name":"base64", as encoding/json writes a
-// []byte, or nothing for an empty v (omitempty).
-func appendBytes(b []byte, name string, v []byte) []byte {
-	if len(v) == 0 {
-		return b
-	}
-	b = jsonobj.AppendKey(b, name)
-	b = append(b, '"')
-	b = base64.StdEncoding.AppendEncode(b, v)
-	return append(b, '"')
 }
 
 // bytesOf decodes a []byte as encoding/json does: null is nil, a string

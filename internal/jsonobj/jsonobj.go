@@ -15,6 +15,7 @@ package jsonobj
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -163,6 +164,41 @@ func AppendKey(b []byte, name string) []byte {
 	b = append(b, name...)
 	return append(b, '"', ':')
 }
+
+// AppendFlag appends ,"name":true when v is set, nothing otherwise (a
+// bool with omitempty).
+func AppendFlag(b []byte, name string, v bool) []byte {
+	if !v {
+		return b
+	}
+	b = AppendKey(b, name)
+	return append(b, "true"...)
+}
+
+// AppendInt appends ,"name":v, or nothing for a zero v with omitEmpty.
+func AppendInt(b []byte, name string, v int64, omitEmpty bool) []byte {
+	if v == 0 && omitEmpty {
+		return b
+	}
+	b = AppendKey(b, name)
+	return strconv.AppendInt(b, v, 10)
+}
+
+// AppendBytes appends ,"name":"<v in standard base64>", as encoding/json
+// writes a []byte, or nothing for an empty v (omitempty).
+func AppendBytes(b []byte, name string, v []byte) []byte {
+	if len(v) == 0 {
+		return b
+	}
+	b = AppendKey(b, name)
+	b = append(b, '"')
+	b = base64.StdEncoding.AppendEncode(b, v)
+	return append(b, '"')
+}
+
+// Is reports whether an object's key names the field name, as
+// encoding/json matches them: case aside.
+func Is(key []byte, name string) bool { return bytes.EqualFold(key, []byte(name)) }
 
 // AppendStrings appends ss as a JSON array of strings (null when nil, as
 // encoding/json writes a nil slice).

@@ -1,7 +1,6 @@
 package native
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -37,16 +36,8 @@ func (s *setup) encode() []byte {
 			b = jsonobj.AppendStrings(b, v)
 		}
 	}
-	flag := func(name string, v bool) { // all omitempty
-		if v {
-			b = jsonobj.AppendKey(b, name)
-			b = append(b, "true"...)
-		}
-	}
-	num := func(name string, v int64) {
-		b = jsonobj.AppendKey(b, name)
-		b = strconv.AppendInt(b, v, 10)
-	}
+	flag := func(name string, v bool) { b = jsonobj.AppendFlag(b, name, v) } // all omitempty
+	num := func(name string, v int64) { b = jsonobj.AppendInt(b, name, v, false) }
 	str("state_dir", s.StateDir, false)
 	str("image", s.Image, true)
 	str("etc", s.Etc, true)
@@ -89,10 +80,7 @@ func (s *setup) encode() []byte {
 	if len(s.Seccomp) > 0 {
 		// As runtime.Program.MarshalJSON: the packed program, as
 		// encoding/json writes a []byte (standard base64).
-		b = jsonobj.AppendKey(b, "seccomp")
-		b = append(b, '"')
-		b = base64.StdEncoding.AppendEncode(b, s.Seccomp.Pack())
-		b = append(b, '"')
+		b = jsonobj.AppendBytes(b, "seccomp", s.Seccomp.Pack())
 	}
 	flag("no_seccomp", s.NoSeccomp)
 	flag("no_landlock", s.NoLandlock)
@@ -112,7 +100,7 @@ func (s *setup) decode(b []byte) error {
 	}
 	return jsonobj.Object(b, reflect.TypeFor[setup](), func(key, raw []byte) error {
 		for _, f := range setupFields {
-			if bytes.EqualFold(key, []byte(f.name)) {
+			if jsonobj.Is(key, f.name) {
 				if jsonobj.IsNull(raw) && !f.list {
 					return nil
 				}
@@ -187,13 +175,13 @@ func decodeMounts(s *setup, raw []byte) error {
 				return nil
 			}
 			switch {
-			case bytes.EqualFold(key, []byte("source")):
+			case jsonobj.Is(key, "source"):
 				m.Source, err = jsonobj.String(raw)
-			case bytes.EqualFold(key, []byte("target")):
+			case jsonobj.Is(key, "target"):
 				m.Target, err = jsonobj.String(raw)
-			case bytes.EqualFold(key, []byte("writable")):
+			case jsonobj.Is(key, "writable"):
 				m.Writable, err = jsonobj.Bool(raw)
-			case bytes.EqualFold(key, []byte("dir")):
+			case jsonobj.Is(key, "dir"):
 				m.Dir, err = jsonobj.Bool(raw)
 			}
 			return err
