@@ -125,13 +125,14 @@ func (m *Manager) forget(ctx context.Context, sb *Sandbox) error {
 	return nil
 }
 
-// Get returns a sandbox.
+// Get returns a sandbox. Reading its state is watching it, not using it:
+// it does not count against the idle timeout, or a dashboard (or a client
+// waiting for the idle stop) that polls it would keep it running forever.
 func (m *Manager) Get(ctx context.Context, id string) (api.Sandbox, error) {
 	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	sb.touch(time.Now().UTC())
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	return sb.view(), nil

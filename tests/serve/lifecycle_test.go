@@ -107,13 +107,18 @@ func TestSandboxLifecycle(t *testing.T) {
 }
 
 // TestTTLAndIdle: a sandbox is stopped at its TTL, another after its idle
-// timeout, a third with a running process is not idle.
+// timeout even while a client reads its state back to back (watching is
+// not using), a third with a running process is not idle, and a fourth
+// used by an exec at a steady pace is not either (the control).
 func TestTTLAndIdle(t *testing.T) {
 	d := startDaemon(t, "")
 	ctx := ctxT(t)
 	ttl := d.create(t, &api.CreateSandboxRequest{TimeoutSeconds: 1})
 	idle := d.create(t, &api.CreateSandboxRequest{IdleTimeoutSeconds: 1})
 	busy := d.create(t, &api.CreateSandboxRequest{IdleTimeoutSeconds: 1})
+	// Three seconds of slack between uses: the pace below is ten times
+	// that, so a slow exec on a loaded machine does not end it.
+	used := d.create(t, &api.CreateSandboxRequest{IdleTimeoutSeconds: 3})
 	if _, err := d.c.StartProcess(ctx, busy.ID, &api.ExecRequest{Argv: []string{"sleep", "30"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -125,8 +130,20 @@ func TestTTLAndIdle(t *testing.T) {
 	}
 	// Bounds against a hang, not speed: on a loaded machine the reaper's
 	// pass and the stop itself can take seconds.
+	limit := time.Now().Add(time.Minute)
+	for !stopped(idle.ID, "idle")() {
+		if time.Now().After(limit) {
+			t.Fatalf("timed out after 1m0s waiting for the idle stop of a sandbox only read")
+		}
+		if _, err := d.c.Exec(ctx, used.ID, &api.ExecRequest{Argv: []string{"true"}}); err != nil {
+			t.Fatalf("the used sandbox: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if sb, err := d.c.GetSandbox(ctx, used.ID); err != nil || sb.State != api.StateRunning {
+		t.Fatalf("used sandbox: %+v %v", sb, err)
+	}
 	eventually(t, time.Minute, "TTL expiry", stopped(ttl.ID, "timeout"))
-	eventually(t, time.Minute, "idle stop", stopped(idle.ID, "idle"))
 	if sb, err := d.c.GetSandbox(ctx, busy.ID); err != nil || sb.State != api.StateRunning {
 		t.Fatalf("busy sandbox: %+v %v", sb, err)
 	}
