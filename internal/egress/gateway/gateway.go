@@ -420,9 +420,11 @@ func (g *Gateway) trip() {
 
 func (g *Gateway) audit(r Record) {
 	r.Sandbox = g.cfg.Sandbox
-	g.log.Debug("egress", "proto", r.Proto, "method", r.Method, "host", r.Host, "port", r.Port,
-		"addr", r.Addr, "allowed", r.Allowed, "rule", r.Rule, "up", r.BytesUp, "down", r.BytesDown,
-		"duration", r.Duration, "err", r.Error)
+	if g.log.Enabled(context.Background(), slog.LevelDebug) { // its arguments cost a dozen allocations
+		g.log.Debug("egress", "proto", r.Proto, "method", r.Method, "host", r.Host, "port", r.Port,
+			"addr", r.Addr, "allowed", r.Allowed, "rule", r.Rule, "up", r.BytesUp, "down", r.BytesDown,
+			"duration", r.Duration, "err", r.Error)
+	}
 	if g.cfg.Audit != nil {
 		g.cfg.Audit(r)
 	}

@@ -369,8 +369,14 @@ func TestHostHeader(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 || body != "hello api.test" {
 		t.Fatalf("matching Host: %v %v %q", err, resp, body)
 	}
-	recs := w.waitRecords(2)
-	if recs[0].Allowed || recs[0].Rule != "host header mismatch" || !recs[1].Allowed {
+	// And a mismatch again: each request's Host lines are its own (the
+	// connection's head reader is reused).
+	resp, body, err = get(c, br, "other.test", "http://api.test/")
+	if err != nil || resp.StatusCode != 403 || !strings.Contains(body, "host header mismatch") {
+		t.Fatalf("mismatching Host after a matching one: %v %v %q", err, resp, body)
+	}
+	recs := w.waitRecords(3)
+	if recs[0].Allowed || recs[0].Rule != "host header mismatch" || !recs[1].Allowed || recs[2].Allowed {
 		t.Errorf("records %+v", recs)
 	}
 	if d := w.dials(); len(d) != 1 {

@@ -35,6 +35,7 @@ func (g *Gateway) serveHTTPConn(c *conn) { g.serveRequests(c, c.Conn, nil) }
 func (g *Gateway) serveRequests(c *conn, rw io.ReadWriter, ix *intercepted) {
 	br := bufio.NewReaderSize(rw, maxHead)
 	bw := bufio.NewWriterSize(rw, 4<<10)
+	var heads headReader
 	proto := "http"
 	if ix != nil {
 		proto = "https"
@@ -53,7 +54,7 @@ func (g *Gateway) serveRequests(c *conn, rw io.ReadWriter, ix *intercepted) {
 		}
 		start := time.Now()
 		c.SetReadDeadline(start.Add(g.headerTimeout(c)))
-		req, hosts, headLen, err := readRequest(br)
+		req, hosts, headLen, err := heads.read(br)
 		if err != nil {
 			rec := Record{Time: start, Proto: proto, Rule: c.refuse, Error: "bad request: " + err.Error(), Duration: time.Since(start)}
 			if ix != nil {
@@ -84,16 +85,28 @@ func (g *Gateway) serveRequests(c *conn, rw io.ReadWriter, ix *intercepted) {
 
 var errHeadTooLarge = fmt.Errorf("request line and headers larger than %d bytes", maxHead)
 
-// readRequest reads one request and the values of its Host header lines,
+// headReader reads requests and the values of their Host header lines,
 // which http.ReadRequest would otherwise discard for an absolute URI. The
-// head is parsed twice by the same textproto code, so both agree.
-func readRequest(br *bufio.Reader) (req *http.Request, hosts []string, headLen int, err error) {
+// head is parsed twice by the same textproto code, so both agree; the
+// reader of the first parse is kept for the connection's next request.
+type headReader struct {
+	src bytes.Reader
+	buf *bufio.Reader
+}
+
+func (hr *headReader) read(br *bufio.Reader) (req *http.Request, hosts []string, headLen int, err error) {
 	head, err := peekHead(br)
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	headLen = len(head)
-	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(head)))
+	hr.src.Reset(head)
+	if hr.buf == nil {
+		hr.buf = bufio.NewReader(&hr.src)
+	} else {
+		hr.buf.Reset(&hr.src)
+	}
+	tp := textproto.NewReader(hr.buf)
 	if _, err := tp.ReadLine(); err != nil {
 		return nil, nil, 0, err
 	}
