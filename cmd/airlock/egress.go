@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/airlock-dev/airlock/internal/egress"
 	"github.com/airlock-dev/airlock/internal/egress/gateway"
@@ -18,8 +21,9 @@ import (
 )
 
 // startEgress serves the sandbox's proxy listeners with a gateway enforcing
-// the policy's network rules, logging every connection and request.
-func startEgress(sb runtime.Sandbox, p *policy.Policy, setup *egress.Setup, f *runFlags, rec *record.Recorder, stderr io.Writer) (*egress.Gateway, error) {
+// the policy's network rules, logging every connection and request and
+// counting the denials in den.
+func startEgress(sb runtime.Sandbox, p *policy.Policy, setup *egress.Setup, f *runFlags, rec *record.Recorder, den *denials, stderr io.Writer) (*egress.Gateway, error) {
 	hosts, err := parseHosts(f.addHosts)
 	if err != nil {
 		return nil, err
@@ -39,6 +43,7 @@ func startEgress(sb runtime.Sandbox, p *policy.Policy, setup *egress.Setup, f *r
 		if rec != nil {
 			rec.Write(netEvent(r))
 		}
+		den.add(r)
 		if logw == nil {
 			return
 		}
@@ -51,6 +56,92 @@ func startEgress(sb runtime.Sandbox, p *policy.Policy, setup *egress.Setup, f *r
 	// (host.airlock.internal:PORT).
 	return egress.Start(sb, p.Network, egress.Options{Sandbox: sb.ID(), Hosts: hosts, Audit: audit, Setup: setup,
 		Host: egress.HostAccess{AnyPort: true}})
+}
+
+// denials counts what the egress gateway refused during a run, for the
+// lines airlock run prints when the command has ended: the program in the
+// sandbox often says no more than "403 Forbidden" or "connection
+// refused", and a name that resolves to a private address here (a mirror,
+// a proxy, split DNS) is denied even though the name is allowed.
+type denials struct {
+	mu    sync.Mutex
+	n     int
+	kinds []denial // distinct target and rule, in the order first seen
+	more  int      // distinct ones past maxDenialKinds
+}
+
+type denial struct {
+	target, host, rule string
+	n                  int
+}
+
+// maxDenialKinds is how many distinct denials the summary names.
+const maxDenialKinds = 5
+
+func (d *denials) add(r gateway.Record) {
+	if d == nil || r.Allowed || r.Rule == "" {
+		return
+	}
+	target := r.Host
+	if r.Port != 0 {
+		target = net.JoinHostPort(r.Host, strconv.Itoa(r.Port))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.n++
+	for i := range d.kinds {
+		if d.kinds[i].target == target && d.kinds[i].rule == r.Rule {
+			d.kinds[i].n++
+			return
+		}
+	}
+	if len(d.kinds) == maxDenialKinds {
+		d.more++
+		return
+	}
+	d.kinds = append(d.kinds, denial{target: target, host: r.Host, rule: r.Rule, n: 1})
+}
+
+// report prints the denials, each with what would allow it where that is a
+// flag, in a few lines; nothing when there were none.
+func (d *denials) report(w io.Writer, logged bool) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.n == 0 {
+		return
+	}
+	where := "every connection and request: -v, or --net-log FILE"
+	if logged {
+		where = "every connection and request is in the --net-log file"
+	}
+	what := "connections or requests"
+	if d.n == 1 {
+		what = "connection or request"
+	}
+	fmt.Fprintf(w, "airlock: the egress gateway denied %d %s (%s):\n", d.n, what, where)
+	for _, k := range d.kinds {
+		times := ""
+		if k.n > 1 {
+			times = fmt.Sprintf(" (%d times)", k.n)
+		}
+		rule := k.rule
+		if strings.ContainsFunc(rule, func(r rune) bool { return !unicode.IsPrint(r) }) {
+			rule = errdefs.Quote(rule)
+		}
+		fmt.Fprintf(w, "airlock:   %s: %s%s\n", errdefs.Quote(k.target), rule, times)
+		if ip, ok := strings.CutPrefix(k.rule, "private address "); ok {
+			ip, _, _ = strings.Cut(ip, " ")
+			fmt.Fprintf(w, "airlock:     %s resolves to %s here, an address the gateway refuses unless it is allowed itself; if that address is meant (a mirror, a proxy, split DNS), add --net-allow %s\n", errdefs.Quote(k.host), ip, ip)
+		} else if k.rule == "not in allowlist" {
+			fmt.Fprintf(w, "airlock:     to allow it: --net-allow %s (or the policy's network.allow)\n", errdefs.Quote(k.target))
+		}
+	}
+	if d.more > 0 {
+		fmt.Fprintf(w, "airlock:   and %d more\n", d.more)
+	}
 }
 
 // netEvent is the activity record's form of one audit record.

@@ -651,11 +651,17 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		}()
 	}
 	if sandbox.HasNetwork(p) {
-		gw, err := startEgress(sb, p, setup, f, rec, stderr)
+		den := &denials{}
+		gw, err := startEgress(sb, p, setup, f, rec, den, stderr)
 		if err != nil {
 			return fail(exitSetup, "egress gateway: %v", err)
 		}
-		defer gw.Close()
+		defer func() {
+			gw.Close()
+			if !f.verbose { // -v printed each one as it came
+				den.report(stderr, f.netLog != "")
+			}
+		}()
 	}
 	// (A command started with the sandbox gets them once it waits below.)
 	for pending := proc == nil && startErr == nil; pending; {
