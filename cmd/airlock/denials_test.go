@@ -9,22 +9,23 @@ import (
 	"github.com/airlock-dev/airlock/internal/egress/gateway"
 )
 
-// TestDenialsReport: the summary counts every denial, names at most
-// maxDenialKinds distinct ones, quotes what the sandbox chose (a host with
-// control characters cannot write to the terminal), and says nothing when
-// nothing was denied (allowed records and refusals without a rule, such as
-// a malformed request, are not denials of policy).
+// TestDenialsReport: the summary counts every denial and early failure,
+// names at most maxDenialKinds distinct ones, quotes what the sandbox chose
+// (a host with control characters cannot write to the terminal), cuts long
+// errors, and says nothing when nothing was denied or failed early
+// (allowed records, and failures after bytes moved, are left to the log).
 func TestDenialsReport(t *testing.T) {
 	var d denials
 	var empty bytes.Buffer
-	d.add(gateway.Record{Host: "ok.test", Port: 443, Allowed: true})
-	d.add(gateway.Record{Error: "bad request: malformed"})
+	d.add(gateway.Record{Host: "ok.test", Port: 443, Allowed: true, BytesDown: 10})
+	d.add(gateway.Record{Host: "ok.test", Port: 443, Allowed: true, BytesDown: 10, Error: "connection reset by peer"})
 	d.report(&empty, false)
 	if empty.Len() != 0 {
-		t.Fatalf("no denial, yet: %q", empty.String())
+		t.Fatalf("nothing denied or failed early, yet: %q", empty.String())
 	}
 	d.add(gateway.Record{Host: "evil\x1b[2J.test", Port: 80, Rule: "not in allowlist"})
-	for i := range 7 {
+	d.add(gateway.Record{Host: "gone.test", Port: 443, Allowed: true, Error: "dial tcp: " + strings.Repeat("x", 300)})
+	for i := range 6 {
 		d.add(gateway.Record{Host: fmt.Sprintf("h%d.test", i), Port: 443, Rule: "not in allowlist"})
 	}
 	d.add(gateway.Record{Host: "h0.test", Port: 443, Rule: "not in allowlist"})
@@ -32,20 +33,22 @@ func TestDenialsReport(t *testing.T) {
 	d.report(&out, true)
 	got := out.String()
 	for _, want := range []string{
-		"denied 9 connections or requests (every connection and request is in the --net-log file):\n",
-		`airlock:   "h0.test:443": not in allowlist (2 times)` + "\n",
-		`airlock:   "evil\x1b[2J.test:80": not in allowlist` + "\n",
-		`airlock:   "h3.test:443": not in allowlist` + "\n",
+		"airlock: the egress gateway denied 8 and could not complete 1 of the sandbox's connections and requests (every connection and request is in the --net-log file):\n",
+		`airlock:   "evil\x1b[2J.test:80": denied: not in allowlist` + "\n",
+		`airlock:   "gone.test:443": failed: dial tcp: ` + strings.Repeat("x", maxDenialError-len("dial tcp: ")) + "...\n",
+		`airlock:   "h0.test:443": denied: not in allowlist (2 times)` + "\n",
+		`airlock:     to allow it: --net-allow "h2.test:443" (or the policy's network.allow)` + "\n",
 		"airlock:   and 3 more\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("want %q in\n%s", want, got)
 		}
 	}
-	if strings.Contains(got, "h4.test") || strings.ContainsRune(got, 0x1b) {
+	if strings.Contains(got, "h3.test") || strings.ContainsRune(got, 0x1b) {
 		t.Errorf("past the limit, or a raw control character:\n%q", got)
 	}
-	if n := strings.Count(got, "\n"); n != 1+5*2+1 {
-		t.Errorf("%d lines, want 12:\n%s", n, got)
+	// The header, two lines per denial, one per failure, "and 3 more".
+	if n := strings.Count(got, "\n"); n != 1+4*2+1+1 {
+		t.Errorf("%d lines, want 11:\n%s", n, got)
 	}
 }

@@ -58,39 +58,64 @@ func startEgress(sb runtime.Sandbox, p *policy.Policy, setup *egress.Setup, f *r
 		Host: egress.HostAccess{AnyPort: true}})
 }
 
-// denials counts what the egress gateway refused during a run, for the
-// lines airlock run prints when the command has ended: the program in the
-// sandbox often says no more than "403 Forbidden" or "connection
-// refused", and a name that resolves to a private address here (a mirror,
-// a proxy, split DNS) is denied even though the name is allowed.
+// denials counts what the egress gateway refused, or could not complete,
+// during a run, for the lines airlock run prints when the command has
+// ended: the program in the sandbox often says no more than "403
+// Forbidden" or "502 Bad Gateway". A name that resolves to a private
+// address here (a mirror, a proxy, split DNS) is denied even though the
+// name is allowed; a name that does not resolve fails.
 type denials struct {
-	mu    sync.Mutex
-	n     int
-	kinds []denial // distinct target and rule, in the order first seen
-	more  int      // distinct ones past maxDenialKinds
+	mu             sync.Mutex
+	denied, failed int
+	kinds          []denial // distinct target and reason, in the order first seen
+	more           int      // distinct ones past maxDenialKinds
 }
 
 type denial struct {
-	target, host, rule string
-	n                  int
+	target, host string
+	rule         string // the rule that denied it; "" for a failure
+	err          string // why it failed (a failure)
+	n            int
 }
 
-// maxDenialKinds is how many distinct denials the summary names.
+// maxDenialKinds is how many distinct denials and failures the summary
+// names.
 const maxDenialKinds = 5
 
+// maxDenialError is the longest error the summary repeats, in bytes.
+const maxDenialError = 160
+
+// add counts r if a rule denied it, or if it failed before any byte went
+// either way (the name did not resolve, no address answered, the request
+// was malformed). Failures later in a transfer are left to the log.
 func (d *denials) add(r gateway.Record) {
-	if d == nil || r.Allowed || r.Rule == "" {
+	if d == nil {
 		return
 	}
-	target := r.Host
+	k := denial{host: r.Host, target: r.Host}
+	switch {
+	case !r.Allowed && r.Rule != "":
+		k.rule = r.Rule
+	case r.Error != "" && r.BytesUp == 0 && r.BytesDown == 0:
+		k.err = r.Error
+		if len(k.err) > maxDenialError {
+			k.err = strings.ToValidUTF8(k.err[:maxDenialError], "") + "..."
+		}
+	default:
+		return
+	}
 	if r.Port != 0 {
-		target = net.JoinHostPort(r.Host, strconv.Itoa(r.Port))
+		k.target = net.JoinHostPort(r.Host, strconv.Itoa(r.Port))
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.n++
+	if k.rule != "" {
+		d.denied++
+	} else {
+		d.failed++
+	}
 	for i := range d.kinds {
-		if d.kinds[i].target == target && d.kinds[i].rule == r.Rule {
+		if d.kinds[i].target == k.target && d.kinds[i].rule == k.rule && d.kinds[i].err == k.err {
 			d.kinds[i].n++
 			return
 		}
@@ -99,49 +124,67 @@ func (d *denials) add(r gateway.Record) {
 		d.more++
 		return
 	}
-	d.kinds = append(d.kinds, denial{target: target, host: r.Host, rule: r.Rule, n: 1})
+	k.n = 1
+	d.kinds = append(d.kinds, k)
 }
 
-// report prints the denials, each with what would allow it where that is a
-// flag, in a few lines; nothing when there were none.
+// report prints the denials and failures, each denial with what would
+// allow it where that is a flag, in a few lines; nothing when there were
+// none.
 func (d *denials) report(w io.Writer, logged bool) {
 	if d == nil {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.n == 0 {
+	if d.denied+d.failed == 0 {
 		return
+	}
+	var counts []string
+	if d.denied > 0 {
+		counts = append(counts, fmt.Sprintf("denied %d", d.denied))
+	}
+	if d.failed > 0 {
+		counts = append(counts, fmt.Sprintf("could not complete %d", d.failed))
 	}
 	where := "every connection and request: -v, or --net-log FILE"
 	if logged {
 		where = "every connection and request is in the --net-log file"
 	}
-	what := "connections or requests"
-	if d.n == 1 {
-		what = "connection or request"
-	}
-	fmt.Fprintf(w, "airlock: the egress gateway denied %d %s (%s):\n", d.n, what, where)
+	fmt.Fprintf(w, "airlock: the egress gateway %s of the sandbox's connections and requests (%s):\n", strings.Join(counts, " and "), where)
 	for _, k := range d.kinds {
 		times := ""
 		if k.n > 1 {
 			times = fmt.Sprintf(" (%d times)", k.n)
 		}
-		rule := k.rule
-		if strings.ContainsFunc(rule, func(r rune) bool { return !unicode.IsPrint(r) }) {
-			rule = errdefs.Quote(rule)
+		target := "(no destination)"
+		if k.target != "" {
+			target = errdefs.Quote(k.target)
 		}
-		fmt.Fprintf(w, "airlock:   %s: %s%s\n", errdefs.Quote(k.target), rule, times)
+		if k.rule == "" {
+			fmt.Fprintf(w, "airlock:   %s: failed: %s%s\n", target, printable(k.err), times)
+			continue
+		}
+		fmt.Fprintf(w, "airlock:   %s: denied: %s%s\n", target, printable(k.rule), times)
 		if ip, ok := strings.CutPrefix(k.rule, "private address "); ok {
 			ip, _, _ = strings.Cut(ip, " ")
 			fmt.Fprintf(w, "airlock:     %s resolves to %s here, an address the gateway refuses unless it is allowed itself; if that address is meant (a mirror, a proxy, split DNS), add --net-allow %s\n", errdefs.Quote(k.host), ip, ip)
 		} else if k.rule == "not in allowlist" {
-			fmt.Fprintf(w, "airlock:     to allow it: --net-allow %s (or the policy's network.allow)\n", errdefs.Quote(k.target))
+			fmt.Fprintf(w, "airlock:     to allow it: --net-allow %s (or the policy's network.allow)\n", target)
 		}
 	}
 	if d.more > 0 {
 		fmt.Fprintf(w, "airlock:   and %d more\n", d.more)
 	}
+}
+
+// printable is s, quoted if it holds a character that is not printable
+// (what the sandbox chose, such as a host name, may be in it).
+func printable(s string) string {
+	if strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return errdefs.Quote(s)
+	}
+	return s
 }
 
 // netEvent is the activity record's form of one audit record.

@@ -518,27 +518,38 @@ git clone -q "https://x-access-token:$TOKEN@git.example.com:%[1]s/repo.git" clon
 }
 
 // TestEgressDenialSummary: when the command has ended, airlock run says
-// what the gateway denied and which flag would allow it: a name allowed
-// but resolving to a private address, and a name not allowed. The control
-// is the same run with the flags it suggests, which reaches both and
-// prints no summary; with -v each denial is printed as it comes instead.
+// what the gateway denied, with the flag that would allow it, and what it
+// could not complete: a name allowed but resolving to a private address, a
+// name not allowed, and an allowed address where nothing listens. The
+// control is the same run with the flags it suggests, which reaches the
+// two servers and reports only the address where nothing listens; with -v
+// each record is printed as it comes instead.
 func TestEgressDenialSummary(t *testing.T) {
 	needRoot(t)
 	w := newEgressWorld(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().(*net.TCPAddr).Port
+	l.Close()
 	script := fmt.Sprintf(`
 curl -s -m 10 http://api.test:%[1]s/a; echo
 curl -s -m 10 http://api.test:%[1]s/b; echo
 curl -s -m 10 http://other.test:%[1]s/c; echo
-`, w.httpPort)
-	r := sh(t, opts{}, w.flags("--net-allow", "api.test"), script)
+curl -s -m 10 --noproxy '' http://127.0.0.1:%[2]d/d; echo
+`, w.httpPort, closed)
+	deadPort := fmt.Sprintf("127.0.0.1:%d", closed)
+	r := sh(t, opts{}, w.flags("--net-allow", "api.test", "--net-allow", deadPort), script)
 	mustOK(t, r, "denied run")
 	other := `"other.test:` + w.httpPort + `"`
 	for _, want := range []string{
-		"airlock: the egress gateway denied 3 connections or requests (every connection and request: -v, or --net-log FILE):\n",
-		`airlock:   "api.test:` + w.httpPort + `": private address 127.0.0.1 (loopback) (2 times)` + "\n",
+		"airlock: the egress gateway denied 3 and could not complete 1 of the sandbox's connections and requests (every connection and request: -v, or --net-log FILE):\n",
+		`airlock:   "api.test:` + w.httpPort + `": denied: private address 127.0.0.1 (loopback) (2 times)` + "\n",
 		`"api.test" resolves to 127.0.0.1 here`, "add --net-allow 127.0.0.1\n",
-		"airlock:   " + other + ": not in allowlist\n",
+		"airlock:   " + other + ": denied: not in allowlist\n",
 		"to allow it: --net-allow " + other + " (or the policy's network.allow)\n",
+		`airlock:   "` + deadPort + `": failed: `, "connection refused",
 	} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("the summary lacks %q\n%s", want, r)
@@ -550,13 +561,14 @@ curl -s -m 10 http://other.test:%[1]s/c; echo
 
 	r = sh(t, opts{}, w.flags("--net-allow", "api.test", "--net-allow", "127.0.0.1", "--net-allow", strings.Trim(other, `"`)), script)
 	mustOK(t, r, "control")
-	if strings.Count(r.stdout, "hello") != 3 || strings.Contains(r.stderr, "denied") {
-		t.Errorf("control: want three answers and no denial\n%s", r)
+	if strings.Count(r.stdout, "hello") != 3 || strings.Contains(r.stderr, "denied") ||
+		!strings.Contains(r.stderr, "the egress gateway could not complete 1 of") {
+		t.Errorf("control: want three answers, no denial, one failure\n%s", r)
 	}
 
 	r = sh(t, opts{}, w.flags("-v", "--net-allow", "api.test"), script)
 	mustOK(t, r, "verbose run")
-	if strings.Contains(r.stderr, "the egress gateway denied") || strings.Count(r.stderr, `"allowed":false`) != 3 {
+	if strings.Contains(r.stderr, "the egress gateway") || strings.Count(r.stderr, `"allowed":false`) != 4 {
 		t.Errorf("-v: want each denial as a line of its own and no summary\n%s", r)
 	}
 }
