@@ -52,3 +52,22 @@ func TestDenialsReport(t *testing.T) {
 		t.Errorf("%d lines, want 11:\n%s", n, got)
 	}
 }
+
+// TestDenialsPrivateHints: a private address denied for a name says the
+// name resolves there and which rule would allow it; one asked for by
+// address says which rule would allow it.
+func TestDenialsPrivateHints(t *testing.T) {
+	var d denials
+	d.add(gateway.Record{Host: "mirror.test", Port: 443, Rule: "private address 10.1.2.3 (private)"})
+	d.add(gateway.Record{Host: "10.9.8.7", Port: 80, Rule: "private address 10.9.8.7 (private)"})
+	var out bytes.Buffer
+	d.report(&out, false)
+	for _, want := range []string{
+		`"mirror.test" resolves to 10.1.2.3 here`, "add --net-allow 10.1.2.3\n",
+		"airlock:     a private address is reached only through a rule naming it: --net-allow 10.9.8.7\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("want %q in\n%s", want, out.String())
+		}
+	}
+}

@@ -22,7 +22,7 @@ import (
 
 // startEgress serves the sandbox's proxy listeners with a gateway enforcing
 // the policy's network rules, logging every connection and request and
-// counting the denials in den.
+// counting the denials and early failures in den.
 func startEgress(sb runtime.Sandbox, p *policy.Policy, setup *egress.Setup, f *runFlags, rec *record.Recorder, den *denials, stderr io.Writer) (*egress.Gateway, error) {
 	hosts, err := parseHosts(f.addHosts)
 	if err != nil {
@@ -168,7 +168,11 @@ func (d *denials) report(w io.Writer, logged bool) {
 		fmt.Fprintf(w, "airlock:   %s: denied: %s%s\n", target, printable(k.rule), times)
 		if ip, ok := strings.CutPrefix(k.rule, "private address "); ok {
 			ip, _, _ = strings.Cut(ip, " ")
-			fmt.Fprintf(w, "airlock:     %s resolves to %s here, an address the gateway refuses unless it is allowed itself; if that address is meant (a mirror, a proxy, split DNS), add --net-allow %s\n", errdefs.Quote(k.host), ip, ip)
+			if ip == k.host {
+				fmt.Fprintf(w, "airlock:     a private address is reached only through a rule naming it: --net-allow %s\n", ip)
+			} else {
+				fmt.Fprintf(w, "airlock:     %s resolves to %s here, an address the gateway refuses unless it is allowed itself; if that address is meant (a mirror, a proxy, split DNS), add --net-allow %s\n", errdefs.Quote(k.host), ip, ip)
+			}
 		} else if k.rule == "not in allowlist" {
 			fmt.Fprintf(w, "airlock:     to allow it: --net-allow %s (or the policy's network.allow)\n", target)
 		}
