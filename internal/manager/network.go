@@ -64,11 +64,19 @@ func networkEvent(e store.EgressEvent) api.NetworkEvent {
 }
 
 // NetworkEvents returns one page of a sandbox's egress audit, oldest first.
+// The records the gateways handed over before the call are stored first
+// (they are written in batches, a moment later): a caller that saw a
+// command end lists every connection the command made (unless the store
+// takes more than 5 s to write them).
 func (m *Manager) NetworkEvents(ctx context.Context, id string, q NetworkQuery) (api.NetworkEventsPage, error) {
 	sb, err := m.lookup(ctx, id)
 	if err != nil {
 		return api.NetworkEventsPage{}, err
 	}
+	// Bounded: a store that is slow to write gives what it holds so far.
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	m.audit.sync(sctx)
+	cancel()
 	f, err := q.filter(id)
 	if err != nil {
 		return api.NetworkEventsPage{}, err

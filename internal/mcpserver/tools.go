@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"path"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -125,18 +128,29 @@ type runIn struct {
 }
 
 type runOut struct {
-	ProcessID      string  `json:"process_id"`
-	ExitCode       int     `json:"exit_code" jsonschema:"the command's exit status; -1 when a signal killed it"`
-	Signal         int     `json:"signal,omitempty" jsonschema:"the signal that killed the command, if one did"`
-	TimedOut       bool    `json:"timed_out" jsonschema:"the command was killed because it ran past timeout_seconds"`
-	TimeoutSeconds float64 `json:"timeout_seconds" jsonschema:"the timeout that applied"`
-	DurationMs     float64 `json:"duration_ms"`
-	Stdout         string  `json:"stdout" jsonschema:"standard output; past 32 KiB only its first and last 16 KiB, with a marker line saying how many bytes were cut"`
-	Stderr         string  `json:"stderr" jsonschema:"standard error, cut like stdout"`
-	StdoutBytes    int64   `json:"stdout_bytes" jsonschema:"how many bytes the command wrote to stdout"`
-	StderrBytes    int64   `json:"stderr_bytes"`
-	StdoutBytesCut int64   `json:"stdout_bytes_cut" jsonschema:"bytes of stdout left out of this result"`
-	StderrBytesCut int64   `json:"stderr_bytes_cut"`
+	ProcessID      string      `json:"process_id"`
+	ExitCode       int         `json:"exit_code" jsonschema:"the command's exit status; -1 when a signal killed it"`
+	Signal         int         `json:"signal,omitempty" jsonschema:"the signal that killed the command, if one did"`
+	TimedOut       bool        `json:"timed_out" jsonschema:"the command was killed because it ran past timeout_seconds"`
+	TimeoutSeconds float64     `json:"timeout_seconds" jsonschema:"the timeout that applied"`
+	DurationMs     float64     `json:"duration_ms"`
+	Stdout         string      `json:"stdout" jsonschema:"standard output; past 32 KiB only its first and last 16 KiB, with a marker line saying how many bytes were cut"`
+	Stderr         string      `json:"stderr" jsonschema:"standard error, cut like stdout"`
+	StdoutBytes    int64       `json:"stdout_bytes" jsonschema:"how many bytes the command wrote to stdout"`
+	StderrBytes    int64       `json:"stderr_bytes"`
+	StdoutBytesCut int64       `json:"stdout_bytes_cut" jsonschema:"bytes of stdout left out of this result"`
+	StderrBytesCut int64       `json:"stderr_bytes_cut"`
+	NetworkDenied  []netDenial `json:"network_denied,omitempty" jsonschema:"connections and requests the sandbox's network policy denied, or that failed before they started, while the command ran (network_audit lists every one)"`
+}
+
+// netDenial is one destination the egress gateway refused during a
+// command, with how many times.
+type netDenial struct {
+	Host  string `json:"host"`
+	Port  int    `json:"port"`
+	Rule  string `json:"rule,omitempty" jsonschema:"the rule that denied it"`
+	Error string `json:"error,omitempty" jsonschema:"why it failed, when no rule denied it"`
+	Count int    `json:"count"`
 }
 
 type startIn struct {
@@ -478,6 +492,7 @@ func (s *server) runCommand(ctx context.Context, req *mcp.CallToolRequest, in ru
 	if fin, err := s.c.GetProcess(rctx, in.SandboxID, p.ID); err == nil {
 		out.TimedOut, out.DurationMs = fin.TimedOut, fin.DurationMs
 	}
+	out.NetworkDenied = s.deniedSince(rctx, in.SandboxID, p.StartedAt)
 	out.Stdout, out.Stderr = stdout.text(), stderr.text()
 	out.StdoutBytes, out.StderrBytes = stdout.total, stderr.total
 	out.StdoutBytesCut, out.StderrBytesCut = stdout.cut(), stderr.cut()
@@ -497,7 +512,50 @@ func (s *server) runCommand(ctx context.Context, req *mcp.CallToolRequest, in ru
 	if out.Stderr != "" {
 		fmt.Fprintf(&b, "--- stderr ---\n%s\n", strings.TrimSuffix(out.Stderr, "\n"))
 	}
+	if len(out.NetworkDenied) > 0 {
+		b.WriteString("--- network denied (by the sandbox's policy; network_audit lists every record) ---\n")
+		for _, d := range out.NetworkDenied {
+			why := d.Rule
+			if why == "" {
+				why = "failed: " + d.Error
+			}
+			fmt.Fprintf(&b, "%s: %s", net.JoinHostPort(d.Host, strconv.Itoa(d.Port)), why)
+			if d.Count > 1 {
+				fmt.Fprintf(&b, " (%d times)", d.Count)
+			}
+			b.WriteString("\n")
+		}
+	}
 	return text("%s", strings.TrimSuffix(b.String(), "\n")), out, nil
+}
+
+// maxNetDenials is how many distinct denials a run_command result lists.
+const maxNetDenials = 20
+
+// deniedSince returns the egress records of sandbox id from since on that
+// were not allowed, one entry per destination and reason: an agent that
+// sees a 403 or a failed download learns why without another call. Best
+// effort: nil when the audit cannot be read (or the sandbox has no
+// network, and so no records).
+func (s *server) deniedSince(ctx context.Context, id string, since time.Time) []netDenial {
+	no := false
+	page, err := s.c.NetworkEvents(ctx, id, client.NetworkQuery{Allowed: &no, Since: since, Limit: 1000})
+	if err != nil {
+		return nil
+	}
+	var out []netDenial
+	for _, e := range page.Events {
+		i := slices.IndexFunc(out, func(d netDenial) bool {
+			return d.Host == e.Host && d.Port == e.Port && d.Rule == e.Rule && d.Error == e.Error
+		})
+		switch {
+		case i >= 0:
+			out[i].Count++
+		case len(out) < maxNetDenials:
+			out = append(out, netDenial{Host: e.Host, Port: e.Port, Rule: e.Rule, Error: e.Error, Count: 1})
+		}
+	}
+	return out
 }
 
 // kill ends a process whose caller went away.

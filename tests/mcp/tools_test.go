@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,6 +47,13 @@ type runRes struct {
 	StderrBytes    int64   `json:"stderr_bytes"`
 	StdoutBytesCut int64   `json:"stdout_bytes_cut"`
 	StderrBytesCut int64   `json:"stderr_bytes_cut"`
+	NetworkDenied  []struct {
+		Host  string `json:"host"`
+		Port  int    `json:"port"`
+		Rule  string `json:"rule"`
+		Error string `json:"error"`
+		Count int    `json:"count"`
+	} `json:"network_denied"`
 }
 
 type startRes struct {
@@ -446,10 +454,24 @@ func exerciseTools(t *testing.T, s *server, nf *netFixture) []string {
 	s.fails(t, "read_file", m{"sandbox_id": a.SandboxID, "path": "missing.txt"}, "not_found")
 	s.fails(t, "read_file", m{"sandbox_id": a.SandboxID, "path": ""}, "path is empty")
 
-	// The network audit: one allowed and one denied request.
-	s.ok(t, "run_command", m{"sandbox_id": b.SandboxID, "command": fmt.Sprintf("curl -s -m 10 http://api.test:%[1]s/; echo; curl -s -m 10 -o /dev/null -w '%%{http_code}' http://other.test:%[1]s/", nf.port)}, &r)
-	if r.Stdout != "hello api.test:"+nf.port+"\n403" {
-		t.Fatalf("egress: %+v", r)
+	// The network audit: one allowed and one denied request. run_command
+	// names the denied one (twice asked) in its result; the allowed one,
+	// and an earlier command's, are not there.
+	var dr runRes
+	txt := s.ok(t, "run_command", m{"sandbox_id": b.SandboxID, "command": fmt.Sprintf("curl -s -m 10 http://api.test:%[1]s/; echo; curl -s -m 10 -o /dev/null -w '%%{http_code}' http://other.test:%[1]s/; curl -s -m 10 -o /dev/null http://other.test:%[1]s/", nf.port)}, &dr)
+	if dr.Stdout != "hello api.test:"+nf.port+"\n403" {
+		t.Fatalf("egress: %+v", dr)
+	}
+	port, _ := strconv.Atoi(nf.port)
+	if len(dr.NetworkDenied) != 1 || dr.NetworkDenied[0].Host != "other.test" || dr.NetworkDenied[0].Port != port ||
+		dr.NetworkDenied[0].Rule != "not in allowlist" || dr.NetworkDenied[0].Count != 2 ||
+		!strings.Contains(txt, "--- network denied") || !strings.Contains(txt, "other.test:"+nf.port+": not in allowlist (2 times)") {
+		t.Fatalf("run_command's network_denied: %+v\n%s", dr.NetworkDenied, txt)
+	}
+	var ar runRes
+	txt = s.ok(t, "run_command", m{"sandbox_id": b.SandboxID, "command": "curl -s -m 10 http://api.test:" + nf.port + "/"}, &ar)
+	if ar.Stdout != "hello api.test:"+nf.port || len(ar.NetworkDenied) != 0 || strings.Contains(txt, "network denied") {
+		t.Fatalf("control: an allowed request, after the denied ones: %+v\n%s", ar, txt)
 	}
 	var au auditRes
 	s.ok(t, "network_audit", m{"sandbox_id": b.SandboxID}, &au)
@@ -462,7 +484,7 @@ func exerciseTools(t *testing.T, s *server, nf *netFixture) []string {
 		t.Fatalf("network_audit: %+v", au)
 	}
 	s.ok(t, "network_audit", m{"sandbox_id": b.SandboxID, "only": "denied"}, &au)
-	if len(au.Events) != 1 || au.Events[0].Host != "other.test" {
+	if len(au.Events) != 2 || au.Events[0].Host != "other.test" || au.Events[1].Host != "other.test" {
 		t.Fatalf("network_audit denied: %+v", au)
 	}
 	s.ok(t, "network_audit", m{"sandbox_id": b.SandboxID, "cursor": au.Cursor, "only": "denied"}, &au)

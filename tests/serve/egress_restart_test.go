@@ -73,9 +73,15 @@ time.sleep(1000)
 	if out := d.sh(t, sb.ID, script); out != want {
 		t.Fatalf("egress after the restart: %q, want %q", out, want)
 	}
-	after := d.Logs()[logged:]
-	if !strings.Contains(after, "msg=egress") || !strings.Contains(after, "host=api.test") || !strings.Contains(after, "host=other.test") {
-		t.Fatalf("egress after the restart not audited by the new daemon:\n%s", tail(after, 20))
+	// The log comes through a pipe, after the gateway has answered.
+	audited := func() bool {
+		after := d.Logs()[logged:]
+		return strings.Contains(after, "msg=egress") && strings.Contains(after, "host=api.test") && strings.Contains(after, "host=other.test")
+	}
+	for deadline := time.Now().Add(30 * time.Second); !audited(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("egress after the restart not audited by the new daemon:\n%s", tail(d.Logs()[logged:], 20))
+		}
 	}
 
 	got, err = d.c.GetSandbox(ctx, squat.ID)

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/api"
 )
@@ -30,9 +31,12 @@ func TestEgress(t *testing.T) {
 	if out != "hello api.test:"+u.Port()+"\n403" {
 		t.Fatalf("egress through the daemon's gateway: %q", out)
 	}
-	if !strings.Contains(d.Logs(), `msg=egress`) || !strings.Contains(d.Logs(), "host=other.test") {
-		t.Fatal("egress not audited in the daemon's log")
-	}
+	// The daemon's log reaches this test through a pipe, after the gateway
+	// has answered (it audits a request once it has written the answer).
+	eventually(t, 30*time.Second, "egress audited in the daemon's log", func() bool {
+		l := d.Logs()
+		return strings.Contains(l, `msg=egress`) && strings.Contains(l, "host=other.test")
+	})
 	plain := d.create(t, nil)
 	res, err := d.c.Exec(ctxT(t), plain.ID, &api.ExecRequest{Argv: []string{"curl", "-s", "-m", "5", "-x", "http://127.0.0.1:3128", "http://api.test:" + u.Port() + "/"}})
 	if err != nil || res.ExitCode != 7 {
