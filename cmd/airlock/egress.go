@@ -89,9 +89,6 @@ const maxDenialError = 160
 // either way (the name did not resolve, no address answered, the request
 // was malformed). Failures later in a transfer are left to the log.
 func (d *denials) add(r gateway.Record) {
-	if d == nil {
-		return
-	}
 	k := denial{host: r.Host, target: r.Host}
 	switch {
 	case !r.Allowed && r.Rule != "":
@@ -132,9 +129,6 @@ func (d *denials) add(r gateway.Record) {
 // allow it where that is a flag, in a few lines; nothing when there were
 // none.
 func (d *denials) report(w io.Writer, logged bool) {
-	if d == nil {
-		return
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.denied+d.failed == 0 {
