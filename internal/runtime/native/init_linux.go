@@ -36,6 +36,21 @@ func inLayer(layer string, err error) error {
 	return &layerError{layer: layer, err: err}
 }
 
+// The init's main goroutine must run on the process's main thread, the
+// one whose id is the PID, locked there from the start: Landlock gives each
+// thread its own domain, its signal scope lets a process signal only tasks
+// of its own domain or below, and kill(1, ...) from a command is checked
+// against that thread. Go runs package initialisers on the main thread with
+// the main goroutine locked to it; locking it here keeps it there into
+// InitMain, where a lock taken after a blocking system call could find the
+// goroutine moved to another thread (a command's signal to its init was
+// then refused, now and then, with EPERM).
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == InitArg {
+		goruntime.LockOSThread()
+	}
+}
+
 // InitMain is the entry point of a sandbox's init (PID 1 of its PID
 // namespace). It receives the setup from the supervisor, builds the root
 // filesystem, applies every isolation layer to itself (all threads), and then
@@ -45,6 +60,10 @@ func InitMain() {
 	// the agent starts is forked from it (the agent's request loop runs on
 	// the main goroutine, which stays locked here).
 	goruntime.LockOSThread()
+	if unix.Gettid() != unix.Getpid() {
+		fmt.Fprintln(os.Stderr, "airlock init: not on the process's main thread, where Landlock's signal scope needs it")
+		os.Exit(121)
+	}
 	// Nothing the init holds, the control channel included, may leak into
 	// the processes it starts; they get exactly the three stdio descriptors.
 	if err := unix.CloseRange(controlFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
