@@ -179,7 +179,25 @@ func Create(id, ws string, protected, argv []string) (_ *Run, retErr error) {
 	if err := r.save(); err != nil {
 		return nil, err
 	}
+	if err := r.markWorkspace(); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// wsLink names the run's workspace by device and inode (a symbolic link's
+// target, read in one system call), so that an apply can pass over the
+// runs of other workspaces without reading their meta.json.
+const wsLink = "ws"
+
+func (r *Run) wsID() string { return fmt.Sprintf("%x-%x", r.Dev, r.Ino) }
+
+func (r *Run) markWorkspace() error {
+	err := os.Symlink(r.wsID(), filepath.Join(r.Dir, wsLink))
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	return err
 }
 
 // Layer is the host directory with the overlay's upper/ and work/.
@@ -259,18 +277,27 @@ func List() ([]Listed, error) {
 		if err != nil {
 			continue
 		}
-		l := Listed{Meta: r.Meta, Dir: r.Dir, Pending: r.Pending(), Undoable: !r.RolledBack && r.HasJournal()}
-		if err := r.lockNB(); errors.Is(err, ErrBusy) {
-			l.Busy = true
-		}
-		r.Close()
-		l.Kept = countFiles(r.Kept())
-		l.Conflicts = countFiles(r.Conflicts())
-		l.Checkpoints, _ = r.Checkpoints()
-		out = append(out, l)
+		out = append(out, r.listed())
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	sortListed(out)
 	return out, nil
+}
+
+// listed describes r as List does.
+func (r *Run) listed() Listed {
+	l := Listed{Meta: r.Meta, Dir: r.Dir, Pending: r.Pending(), Undoable: !r.RolledBack && r.HasJournal()}
+	if err := r.lockNB(); errors.Is(err, ErrBusy) {
+		l.Busy = true
+	}
+	r.Close()
+	l.Kept = countFiles(r.Kept())
+	l.Conflicts = countFiles(r.Conflicts())
+	l.Checkpoints, _ = r.Checkpoints()
+	return l
+}
+
+func sortListed(l []Listed) {
+	sort.Slice(l, func(i, j int) bool { return l[i].Started.Before(l[j].Started) })
 }
 
 // Listed is one run as List sees it.
@@ -288,17 +315,36 @@ type Listed struct {
 }
 
 // PendingRuns lists the runs left pending by an airlock that is gone.
+// Every `airlock run --workspace` asks, so it reads only what can be
+// pending: a run without a layer (Finish and Discard remove it) costs one
+// lstat, however many runs the root keeps.
 func PendingRuns() []Listed {
-	all, err := List()
+	root, err := Root()
+	if err != nil {
+		return nil
+	}
+	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil
 	}
 	var out []Listed
-	for _, l := range all {
-		if l.Pending && !l.Busy {
+	for _, e := range entries {
+		if !isID(e.Name()) {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		if _, err := os.Lstat(filepath.Join(dir, "layer", "upper")); err != nil {
+			continue
+		}
+		r, err := load(dir)
+		if err != nil || !r.Pending() {
+			continue
+		}
+		if l := r.listed(); !l.Busy {
 			out = append(out, l)
 		}
 	}
+	sortListed(out)
 	return out
 }
 
@@ -347,19 +393,56 @@ func (r *Run) SetRolledBack() error {
 	return r.save()
 }
 
-// pruneOlder drops the journals of the workspace's other applied runs.
+// pruneOlder drops the journals of the workspace's other applied runs, and
+// those of applied runs whose workspace is gone (removed, or another
+// directory at its path): nothing can be rolled back there. A run left
+// with nothing (no kept, conflicting or rolled-back files) goes whole.
+//
+// Every apply calls it, and the root keeps a run for every workspace that
+// had one, so it reads one link per run (wsLink; a run made before the
+// link existed gets it here) and the meta.json of this workspace's runs
+// alone; the runs of gone workspaces are looked for at most every
+// goneEvery.
 func (r *Run) pruneOlder() {
-	others, err := List()
+	root := filepath.Dir(r.Dir)
+	entries, err := os.ReadDir(root)
 	if err != nil {
 		return
 	}
-	for _, l := range others {
-		if l.ID == r.ID || l.Dev != r.Dev || l.Ino != r.Ino || !(l.Applied || l.RolledBack) || l.Busy {
+	mine := r.wsID()
+	stamp := filepath.Join(root, goneStamp)
+	gone := false
+	if fi, err := os.Stat(stamp); err != nil || time.Since(fi.ModTime()) >= goneEvery {
+		gone = true
+		if f, err := os.Create(stamp); err == nil {
+			f.Close()
+		}
+	}
+	for _, e := range entries {
+		id := e.Name()
+		if !isID(id) || id == r.ID {
 			continue
 		}
-		o, err := Open(l.ID)
-		if err != nil {
+		dir := filepath.Join(root, id)
+		ws, err := os.Readlink(filepath.Join(dir, wsLink))
+		if err == nil && ws != mine && !gone {
 			continue
+		}
+		if _, err := os.Lstat(filepath.Join(dir, "journal")); err != nil {
+			continue
+		}
+		o, err := load(dir)
+		if err != nil || !(o.Applied || o.RolledBack) {
+			continue
+		}
+		if ws == "" {
+			o.markWorkspace()
+		}
+		if (o.Dev != r.Dev || o.Ino != r.Ino) && !(gone && o.workspaceGone()) {
+			continue
+		}
+		if o.lockNB() != nil {
+			continue // busy: a review or rollback holds it
 		}
 		removeAll(o.Journal())
 		if countFiles(o.Kept())+countFiles(o.Conflicts())+countFiles(o.RolledBackDir()) == 0 && !o.RolledBack {
@@ -367,6 +450,23 @@ func (r *Run) pruneOlder() {
 		}
 		o.Close()
 	}
+}
+
+// goneStamp's time is when pruneOlder last looked for the runs of gone
+// workspaces; it looks again goneEvery later.
+const goneStamp = ".gone-checked"
+
+var goneEvery = time.Hour
+
+// workspaceGone reports whether the run's workspace no longer exists as the
+// directory it was made for.
+func (r *Run) workspaceGone() bool {
+	var st unix.Stat_t
+	err := unix.Stat(r.Workspace, &st)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		return true
+	}
+	return err == nil && (uint64(st.Dev) != r.Dev || st.Ino != r.Ino)
 }
 
 // SetReview records that the run waits for a review.
