@@ -60,6 +60,11 @@
 //   - two weaker airlock configurations marked "(attribution)", with cgroups
 //     off, and with Landlock and seccomp off: they are not ways to run
 //     airlock, only a way to see what those layers cost end to end.
+//   - airlock with a workspace: `airlock run --workspace W -- /bin/true`,
+//     W a 1 GiB tree (8192 files) in which every default protected path
+//     exists, in the default mode (an overlay, applied when the command
+//     ends) and in live mode, with a changes root of the bench's own
+//     (workspace.go). Target: the ratio of airlock run without one.
 //
 // The first table gives, per configuration, the number of successful runs
 // and the median, 95th percentile, minimum and mean wall time, and the ratio
@@ -204,6 +209,11 @@ type report struct {
 	Ratio        *float64    `json:"airlock_over_bwrap_median"`
 	CPURatio     *float64    `json:"airlock_over_bwrap_cpu_median"`
 	GVisorRatio  *float64    `json:"airlock_gvisor_over_runsc_do_median,omitempty"`
+	// The workspace rows (issue 15, row 2): their ratios to bwrap, and what
+	// their workspace held.
+	WorkspaceRatio     *float64 `json:"airlock_workspace_over_bwrap_median,omitempty"`
+	WorkspaceLiveRatio *float64 `json:"airlock_workspace_live_over_bwrap_median,omitempty"`
+	WorkspaceNote      string   `json:"workspace_rows,omitempty"`
 	// WholeRatio and WholeCPURatio compare airlock with bubblewrap counted
 	// until its sandbox's last process exited (the bwrap-whole row).
 	WholeRatio    *float64     `json:"airlock_over_bwrap_whole_median,omitempty"`
@@ -329,6 +339,26 @@ func run(n int, airlockPath, bwrapPath string, asJSON bool) int {
 			&config{key: "airlock-no-landlock-seccomp", name: "airlock --insecure-no-landlock --insecure-no-seccomp (attribution)", attribution: true,
 				argv: []string{al, "run", "--insecure-no-landlock", "--insecure-no-seccomp", "--", "/bin/true"}},
 		)
+		dir, ws, changes, err := benchWorkspace()
+		if dir != "" {
+			defer os.RemoveAll(dir)
+		}
+		if err != nil {
+			logf("skipping the workspace rows: %v", err)
+			rep.Skipped = append(rep.Skipped, skipped{"workspace rows", err.Error()})
+		} else {
+			// The runs' changes root is the bench's own (the rows leave
+			// nothing in it: /bin/true changes nothing).
+			defer os.Setenv("AIRLOCK_CHANGES_DIR", os.Getenv("AIRLOCK_CHANGES_DIR"))
+			os.Setenv("AIRLOCK_CHANGES_DIR", changes)
+			rep.WorkspaceNote = workspaceRowsNote(ws)
+			logf("%s", rep.WorkspaceNote)
+			configs = append(configs,
+				&config{key: "airlock-workspace", name: "airlock run --workspace W (1 GiB, protected paths) -- /bin/true",
+					argv: []string{al, "run", "--workspace", ws, "--", "/bin/true"}},
+				&config{key: "airlock-workspace-live", name: "the same, --workspace-mode live",
+					argv: []string{al, "run", "--workspace", ws, "--workspace-mode", "live", "--", "/bin/true"}})
+		}
 	}
 
 	// The gVisor tier, when its runsc is installed: airlock on gvisor
@@ -439,6 +469,12 @@ func run(n int, airlockPath, bwrapPath string, asJSON bool) int {
 		if c.key == "airlock-gvisor" && row.N > 0 && runscMedian > 0 {
 			ratio := row.Median / runscMedian
 			rep.GVisorRatio = &ratio
+		}
+		switch c.key {
+		case "airlock-workspace":
+			rep.WorkspaceRatio = row.RatioToBwrap
+		case "airlock-workspace-live":
+			rep.WorkspaceLiveRatio = row.RatioToBwrap
 		}
 		if c.key == "airlock" {
 			rep.Ratio = row.RatioToBwrap
@@ -791,6 +827,10 @@ func printText(w io.Writer, rep *report) {
 
 	if rep.WholeRatio != nil {
 		fmt.Fprintf(&b, "against bwrap until its PID 1 exited (bwrap itself does not wait for it): airlock median / bwrap median = %.2f, CPU = %.2f\n", *rep.WholeRatio, *rep.WholeCPURatio)
+	}
+	if rep.WorkspaceRatio != nil && rep.WorkspaceLiveRatio != nil {
+		fmt.Fprintf(&b, "with a 1 GiB workspace and every default protected path: airlock median / bwrap median = %.2f (overlay, the default), %.2f (live); target: airlock run's own ratio\n%s\n",
+			*rep.WorkspaceRatio, *rep.WorkspaceLiveRatio, rep.WorkspaceNote)
 	}
 	if rep.GVisorRatio != nil {
 		fmt.Fprintf(&b, "airlock --runtime gvisor median / runsc do median = %.2f (target <= 1.0)\n", *rep.GVisorRatio)

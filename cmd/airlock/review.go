@@ -335,14 +335,16 @@ workspace as of checkpoint C.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the runs as JSON")
 	var applyCheckpoint string
+	var applyAfterRestart bool
 	apply := &cobra.Command{
 		Use:   "apply ID|DIR",
 		Short: "Apply a pending run's changes to its workspace",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return reviewApply(cmd.ErrOrStderr(), args[0], applyCheckpoint)
+			return reviewApply(cmd.ErrOrStderr(), args[0], applyCheckpoint, applyAfterRestart)
 		},
 	}
+	apply.Flags().BoolVar(&applyAfterRestart, "after-restart", false, "apply a run whose machine restarted while its command ran, though files in its layer may be missing or cut short (its overlay was not synced)")
 	apply.Flags().StringVar(&applyCheckpoint, "checkpoint", "", "apply the workspace as of this checkpoint (id or name) instead of the last state; the run's other states are dropped")
 	discard := &cobra.Command{
 		Use:   "discard ID|DIR",
@@ -636,12 +638,13 @@ func checkpointID(c *workspace.Checkpoint) string {
 	return c.ID
 }
 
-func reviewApply(stderr io.Writer, arg, checkpoint string) error {
+func reviewApply(stderr io.Writer, arg, checkpoint string, afterRestart bool) error {
 	run, err := openPending(stderr, arg)
 	if err != nil {
 		return err
 	}
 	defer run.Close()
+	run.AfterRestart = afterRestart
 	if !run.Pending() {
 		fmt.Fprintf(stderr, "airlock: run %s has no pending changes (applied already); kept and conflicting files, if any, are in %s\n", run.ID, run.Dir)
 		return exitError{1}

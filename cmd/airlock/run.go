@@ -448,6 +448,15 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 			if err := wsRun.SetReview(true); err != nil {
 				return fail(exitSetup, "workspace overlay: %v", err)
 			}
+		} else {
+			// Applied as soon as the command ends: its unmount need not
+			// sync the whole filesystem of the changes directory first.
+			// A run left pending (airlock killed) that outlives a restart
+			// of the machine is refused by review apply.
+			if err := wsRun.SetVolatile(); err != nil {
+				return fail(exitSetup, "workspace overlay: %v", err)
+			}
+			spec.WorkspaceLayerVolatile = true
 		}
 		defer func() {
 			if !sandboxMade {

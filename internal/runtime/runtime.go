@@ -277,6 +277,13 @@ type Spec struct {
 	// absent (nothing is made on the host). Empty: Workspace is bound
 	// read-write (live), with placeholders for missing protected paths.
 	WorkspaceLayer string
+	// WorkspaceLayerVolatile: the overlay need not keep the upper layer
+	// through a crash of the machine (overlayfs's volatile option): its
+	// unmount does not sync the whole filesystem that holds the layer, and
+	// syncs inside are not passed on to it. For a layer applied as soon as
+	// the command ends; internal/workspace refuses to apply one whose
+	// machine restarted meanwhile (Run.Restarted).
+	WorkspaceLayerVolatile bool
 	// Protected lists workspace-relative paths that stay read-only, whether
 	// or not they exist when the sandbox starts.
 	Protected []string

@@ -42,6 +42,9 @@ func (r *Run) Apply() (rep *Report, retErr error) { return r.ApplyAt("") }
 // The run remembers which state it applies: an interrupted apply resumes
 // only with the same one.
 func (r *Run) ApplyAt(cp string) (rep *Report, retErr error) {
+	if r.Restarted() && !r.AfterRestart {
+		return nil, fmt.Errorf("run %s: the machine restarted after the run began, and its layer was never synced to disk (a volatile overlay): files in it may be missing or cut short; look at it with airlock review diff %s, then discard it, or apply it anyway with --after-restart; nothing applied", r.ID, r.ID)
+	}
 	upper, err := r.stateUpper(cp)
 	if err != nil {
 		return nil, err

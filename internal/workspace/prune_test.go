@@ -56,8 +56,13 @@ func TestPruneOlder(t *testing.T) {
 	}
 	os.RemoveAll(gone)
 	os.RemoveAll(goneKept)
+	// Another directory at the same path, made while the first exists
+	// (so that it cannot get the first one's inode number).
+	if err := os.Mkdir(replaced+".new", 0o755); err != nil {
+		t.Fatal(err)
+	}
 	os.RemoveAll(replaced)
-	if err := os.Mkdir(replaced, 0o755); err != nil { // another directory at the same path
+	if err := os.Rename(replaced+".new", replaced); err != nil {
 		t.Fatal(err)
 	}
 

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -56,6 +57,10 @@ type Meta struct {
 	// ApplyingCheckpoint: the checkpoint whose state an apply brings (or
 	// brought) to the workspace; "" for the last state.
 	ApplyingCheckpoint string `json:"applying_checkpoint,omitempty"`
+	// Volatile: the sandbox's overlay was mounted volatile (see
+	// SetVolatile); BootID is the kernel's boot id when the run began.
+	Volatile bool   `json:"volatile,omitempty"`
+	BootID   string `json:"boot_id,omitempty"`
 }
 
 // Run is one run's directory: meta.json, lock, layer/{upper,work}, kept/,
@@ -64,6 +69,8 @@ type Run struct {
 	Meta
 	Dir  string
 	lock *os.File
+	// AfterRestart lets ApplyAt apply a run that Restarted.
+	AfterRestart bool
 }
 
 // Root is the directory that holds runs: $AIRLOCK_CHANGES_DIR, else
@@ -467,6 +474,32 @@ func (r *Run) workspaceGone() bool {
 		return true
 	}
 	return err == nil && (uint64(st.Dev) != r.Dev || st.Ino != r.Ino)
+}
+
+// SetVolatile records that the run's overlay is mounted volatile: the
+// sandbox's writes and syncs are not made durable by the overlay (its
+// unmount would otherwise sync the whole filesystem of the layer). The run
+// is applied when its command ends; should the machine restart before,
+// Restarted says so and ApplyAt refuses it.
+func (r *Run) SetVolatile() error {
+	r.Volatile, r.BootID = true, bootID()
+	return r.save()
+}
+
+// Restarted reports whether the machine restarted since a volatile run
+// began: files in its layer may be missing or cut short, whatever the
+// sandbox synced.
+func (r *Run) Restarted() bool {
+	return r.Volatile && (r.BootID == "" || r.BootID != bootID())
+}
+
+// bootID is the kernel's random boot id ("" if it cannot be read).
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // SetReview records that the run waits for a review.

@@ -152,7 +152,10 @@ func baseEnv(o opts) []string {
 	if o.nobody {
 		env = append(env, "HOME=/nonexistent")
 	} else {
-		env = append(env, "HOME="+os.Getenv("HOME"))
+		// The suite's runs keep their workspace runs in a changes root
+		// of its own, removed at its end, not in the machine's (a test
+		// that lists runs gives itself one: changesEnv).
+		env = append(env, "HOME="+os.Getenv("HOME"), "AIRLOCK_CHANGES_DIR="+filepath.Join(binDir, "changes"))
 	}
 	// Where the gvisor backend finds runsc (o.env may override it).
 	for _, k := range []string{"AIRLOCK_RUNSC", "AIRLOCK_RUNSC_CACHE"} {

@@ -454,6 +454,36 @@ func TestGVisorWorkspaceOverlay(t *testing.T) {
 	} {
 		t.Run(c.name, c.fn)
 	}
+	t.Run("Volatile", func(t *testing.T) {
+		// The overlay is mounted on the host (for runsc): volatile for a
+		// run applied at its end, not for a reviewed one.
+		for _, review := range []bool{false, true} {
+			o := opts{}
+			changesEnv(t, &o)
+			args := []string{"run", "-v", "--workspace", t.TempDir()}
+			if review {
+				args = append(args, "--review")
+			}
+			b := start(t, o, append(args, "--", "/bin/sh", "-c", "echo written; sleep 600")...)
+			id := b.stderr.waitFor(t, sandboxIDRE, 3*runTimeout)[1]
+			b.stdout.waitFor(t, writtenRE, 3*runTimeout)
+			mi, err := os.ReadFile("/proc/self/mountinfo")
+			b.cmd.Process.Signal(syscall.SIGTERM)
+			b.wait(t, 3*runTimeout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var line string
+			for _, l := range strings.Split(string(mi), "\n") {
+				if strings.Contains(l, " - overlay airlock-workspace ") && strings.Contains(l, id) {
+					line = l
+				}
+			}
+			if line == "" || strings.Contains(line, "volatile") == review {
+				t.Errorf("review %v: the workspace overlay on the host: %q", review, line)
+			}
+		}
+	})
 	t.Run("NoRootRefused", func(t *testing.T) {
 		o := opts{nobody: true}
 		changesEnv(t, &o)
@@ -570,5 +600,62 @@ func TestGVisorWorkspaceLiveOwner(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(ws, "other.txt")); string(got) != "x\n" {
 		t.Errorf("the third user's file changed: %q", got)
+	}
+}
+
+// The overlay of a run applied when its command ends is mounted volatile
+// (its unmount does not sync the host's filesystem); a reviewed run's is
+// not. A run left pending whose machine restarted is refused by review
+// apply unless --after-restart.
+func TestWorkspaceOverlayVolatile(t *testing.T) {
+	need(t)
+	o := opts{}
+	changes := changesEnv(t, &o)
+	ws := t.TempDir()
+	grep := []string{"/bin/sh", "-c", "grep ' /workspace ' /proc/self/mountinfo"}
+	r := run(t, o, []string{"--workspace", ws}, grep...)
+	mustOK(t, r, "apply mode")
+	if !strings.Contains(r.stdout, "overlay") || !strings.Contains(r.stdout, "volatile") {
+		t.Errorf("the applied run's workspace is not a volatile overlay:\n%s", r)
+	}
+	r = run(t, o, []string{"--workspace", ws, "--review", "--discard"}, grep...)
+	mustOK(t, r, "review mode")
+	if !strings.Contains(r.stdout, "overlay") || strings.Contains(r.stdout, "volatile") {
+		t.Errorf("control: the reviewed run's overlay should not be volatile:\n%s", r)
+	}
+
+	b := start(t, o, "run", "-v", "--workspace", ws, "--", "/bin/sh", "-c", "echo kept > a.txt; echo written; sleep 600")
+	id := b.stderr.waitFor(t, sandboxIDRE, runTimeout)[1]
+	b.stdout.waitFor(t, writtenRE, runTimeout)
+	b.cmd.Process.Signal(syscall.SIGKILL)
+	b.wait(t, runTimeout)
+	meta := filepath.Join(changes, id, "meta.json")
+	raw, err := os.ReadFile(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["volatile"] != true || m["boot_id"] == "" {
+		t.Fatalf("the run's meta does not record a volatile layer and its boot: %s", raw)
+	}
+	m["boot_id"] = "00000000-0000-0000-0000-000000000000" // as after a restart
+	raw, _ = json.Marshal(m)
+	if err := os.WriteFile(meta, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = airlock(t, o, "review", "apply", id)
+	if r.code == 0 || !strings.Contains(r.stderr, "--after-restart") {
+		t.Errorf("review apply after a restart: want a refusal naming --after-restart\n%s", r)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "a.txt")); err == nil {
+		t.Fatal("a.txt applied after a restart without --after-restart")
+	}
+	r = airlock(t, o, "review", "apply", "--after-restart", id)
+	mustOK(t, r, "review apply --after-restart")
+	if got, _ := os.ReadFile(filepath.Join(ws, "a.txt")); string(got) != "kept\n" {
+		t.Errorf("a.txt after review apply --after-restart = %q", got)
 	}
 }

@@ -38,9 +38,10 @@ var mountNames = []string{"workspace", "lower", "layer"}
 
 // mountWorkspace prepares the host workspace ws for runsc and returns the
 // path to bind at /workspace. layer is the run's layer directory for the
-// overlay, or "". exe is any executable (the init program): the idmap's
+// overlay, or "", mounted volatile when volatile holds
+// (runtime.Spec.WorkspaceLayerVolatile). exe is any executable (the init program): the idmap's
 // user namespace needs a process, which never runs.
-func mountWorkspace(dir, ws, layer, exe string) (string, error) {
+func mountWorkspace(dir, ws, layer string, volatile bool, exe string) (string, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(ws, &st); err != nil {
 		return "", fmt.Errorf("workspace %s: %w", ws, err)
@@ -93,7 +94,16 @@ func mountWorkspace(dir, ws, layer, exe string) (string, error) {
 	// Paths in the state directory: hex ids, no comma or colon that the
 	// options would read as more options or layers.
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,redirect_dir=off,metacopy=off,index=off", lower, upper, upper)
-	if err := unix.Mount("airlock-workspace", mnt, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+	err = unix.EINVAL
+	if volatile {
+		// Not synced at unmount (runtime.Spec.WorkspaceLayerVolatile);
+		// a kernel without the option (before 5.10) mounts it as before.
+		err = unix.Mount("airlock-workspace", mnt, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts+",volatile")
+	}
+	if errors.Is(err, unix.EINVAL) {
+		err = unix.Mount("airlock-workspace", mnt, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+	}
+	if err != nil {
 		return "", fmt.Errorf("mount the workspace overlay: %w", err)
 	}
 	return mnt, nil

@@ -203,7 +203,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 	if ws != "" {
 		// Idmapped to its owner, and the overlay over it when asked
 		// (overlay_linux.go).
-		if ws, err = mountWorkspace(dir, ws, spec.WorkspaceLayer, initPath); err != nil {
+		if ws, err = mountWorkspace(dir, ws, spec.WorkspaceLayer, spec.WorkspaceLayerVolatile, initPath); err != nil {
 			return nil, fmt.Errorf("workspace: %w", err)
 		}
 	}

@@ -525,7 +525,7 @@ func (sb *sandbox) buildSetup(spec *runtime.Spec, root string, pid int, owners *
 		ExecNotify: spec.RecordExec,
 	}
 	if !sb.tempWorkspace {
-		st.WorkspaceLayer = spec.WorkspaceLayer
+		st.WorkspaceLayer, st.WorkspaceVolatile = spec.WorkspaceLayer, spec.WorkspaceLayerVolatile && spec.WorkspaceLayer != ""
 	}
 	if !sb.tempWorkspace {
 		st.Protected = spec.Protected

@@ -156,7 +156,21 @@ func workspaceOverlay(s *setup, layers, ws string, idmapped map[string]*os.File)
 	// directories as user.overlay.*); no redirects or metacopy, so that
 	// every change in the upper layer is whole and applies by itself.
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=changes/upper,workdir=changes/work,userxattr", lower)
-	if err := mount("workspace", ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+	if s.WorkspaceVolatile {
+		// Its unmount, when the sandbox ends, does not sync the whole
+		// filesystem of the changes directory (every dirty page on it,
+		// the sandbox's or not). A kernel without the option (before
+		// 5.10) mounts it as before.
+		err := mount("workspace", ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts+",volatile")
+		if err == nil || !errors.Is(err, unix.EINVAL) {
+			return wrapUpper(err)
+		}
+	}
+	return wrapUpper(mount("workspace", ws, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts))
+}
+
+func wrapUpper(err error) error {
+	if err != nil {
 		return fmt.Errorf("upper layer: %w", err)
 	}
 	return nil

@@ -17,6 +17,9 @@ type setup struct {
 	// runtime.Spec.WorkspaceLayer). Attached idmapped as
 	// "workspace-layer" by a root supervisor.
 	WorkspaceLayer string `json:"workspace_layer,omitempty"`
+	// WorkspaceVolatile: mount that overlay volatile
+	// (runtime.Spec.WorkspaceLayerVolatile).
+	WorkspaceVolatile bool `json:"workspace_volatile,omitempty"`
 	// Protect the workspace paths listed (relative) by mounting them
 	// read-only, creating placeholders for paths that do not exist.
 	Protected []string `json:"protected,omitempty"`

@@ -43,6 +43,7 @@ func (s *setup) encode() []byte {
 	str("etc", s.Etc, true)
 	str("workspace", s.Workspace, false)
 	str("workspace_layer", s.WorkspaceLayer, true)
+	flag("workspace_volatile", s.WorkspaceVolatile)
 	strs("protected", s.Protected)
 	strs("idmapped", s.IDMapped)
 	if len(s.Mounts) > 0 {
@@ -136,6 +137,7 @@ var setupFields = [...]struct {
 	{"etc", false, func(s *setup, raw []byte) (err error) { s.Etc, err = jsonobj.String(raw); return }},
 	{"workspace", false, func(s *setup, raw []byte) (err error) { s.Workspace, err = jsonobj.String(raw); return }},
 	{"workspace_layer", false, func(s *setup, raw []byte) (err error) { s.WorkspaceLayer, err = jsonobj.String(raw); return }},
+	{"workspace_volatile", false, func(s *setup, raw []byte) (err error) { s.WorkspaceVolatile, err = jsonobj.Bool(raw); return }},
 	{"protected", true, func(s *setup, raw []byte) (err error) { s.Protected, err = jsonobj.Strings(raw, s.Protected); return }},
 	{"idmapped", true, func(s *setup, raw []byte) (err error) { s.IDMapped, err = jsonobj.Strings(raw, s.IDMapped); return }},
 	{"mounts", true, decodeMounts},
