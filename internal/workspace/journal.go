@@ -51,8 +51,9 @@ type jEntry struct {
 
 // journal appends records for one Apply.
 type journal struct {
-	f    *os.File
-	data int // journal/data
+	dir  string   // the run's journal/
+	f    *os.File // journal/log; nil until the first record
+	data int      // journal/data
 	seq  int
 	err  error
 	// saved holds, by path, what an earlier, interrupted attempt of this
@@ -80,25 +81,34 @@ func (r *Run) Journal() string { return filepath.Join(r.Dir, "journal") }
 func (r *Run) RolledBackDir() string { return filepath.Join(r.Dir, "rolledback") }
 
 func (r *Run) openJournal() (*journal, error) {
-	dir := r.Journal()
-	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
-		return nil, fmt.Errorf("journal: %w", err)
+	j := &journal{dir: r.Journal(), data: -1, saved: map[string]jEntry{}}
+	if _, err := os.Lstat(j.dir); errors.Is(err, os.ErrNotExist) {
+		// Made with the first record: an apply that changes nothing on
+		// the host (most runs) makes no journal.
+		return j, nil
 	}
-	seq := 0
-	saved := map[string]jEntry{}
+	return j, j.open()
+}
+
+// open makes (or reopens, for an interrupted apply) the journal's files.
+func (j *journal) open() error {
+	dir := j.dir
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
 	if old, err := readJournal(dir); err == nil {
 		for _, e := range old {
-			if e.Seq > seq {
-				seq = e.Seq
+			if e.Seq > j.seq {
+				j.seq = e.Seq
 			}
-			if _, seen := saved[e.Path]; e.Op == "pre" && e.Data != "" && !seen {
-				saved[e.Path] = e
+			if _, seen := j.saved[e.Path]; e.Op == "pre" && e.Data != "" && !seen {
+				j.saved[e.Path] = e
 			}
 		}
 	}
 	f, err := os.OpenFile(filepath.Join(dir, "log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("journal: %w", err)
+		return fmt.Errorf("journal: %w", err)
 	}
 	// A record cut short by a kill ends its line here, so that the next
 	// one is read whole.
@@ -114,14 +124,17 @@ func (r *Run) openJournal() (*journal, error) {
 	d, err := unix.Open(filepath.Join(dir, "data"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("journal: %w", err)
+		return fmt.Errorf("journal: %w", err)
 	}
-	return &journal{f: f, data: d, seq: seq, saved: saved}, nil
+	j.f, j.data = f, d
+	return nil
 }
 
 func (j *journal) close() {
-	j.f.Close()
-	unix.Close(j.data)
+	if j.f != nil {
+		j.f.Close()
+		unix.Close(j.data)
+	}
 }
 
 func (j *journal) write(e *jEntry) error {
@@ -140,6 +153,11 @@ func (j *journal) write(e *jEntry) error {
 // returns the record's sequence number. An error means the change must
 // not be made (it could not be undone).
 func (j *journal) before(dir int, name, rel string) (int, error) {
+	if j.f == nil {
+		if err := j.open(); err != nil {
+			return 0, err
+		}
+	}
 	j.seq++
 	e := &jEntry{Op: "pre", Seq: j.seq, Path: rel, Type: "none"}
 	var st unix.Stat_t

@@ -40,7 +40,7 @@ type Meta struct {
 	Dev uint64 `json:"dev"`
 	Ino uint64 `json:"ino"`
 	// Started is when the run began; StartNS the change time (ns) of the
-	// run's marker, made when it began: a host entry whose change time is
+	// run's lock file, made when it began: a host entry whose change time is
 	// later was changed on the host during the run.
 	Started time.Time `json:"started"`
 	StartNS int64     `json:"start_ns"`
@@ -170,12 +170,10 @@ func Create(id, ws string, protected, argv []string) (_ *Run, retErr error) {
 	if err := os.Chmod(filepath.Join(layer, "upper"), os.FileMode(wst.Mode&0o7777)); err != nil {
 		return nil, err
 	}
-	marker := filepath.Join(dir, "started")
-	if err := os.WriteFile(marker, nil, 0o600); err != nil {
-		return nil, err
-	}
+	// The lock file, made just now and never written, marks the start:
+	// its change time is the run's (StartNS).
 	var mst unix.Stat_t
-	if err := unix.Stat(marker, &mst); err != nil {
+	if err := unix.Fstat(int(r.lock.Fd()), &mst); err != nil {
 		return nil, err
 	}
 	r.Meta = Meta{
@@ -375,6 +373,14 @@ func (r *Run) Close() {
 // older applied runs of the same workspace lose theirs (and go, unless
 // they kept something aside).
 func (r *Run) Finish(rep *Report) error {
+	if len(rep.Kept) == 0 && len(rep.Conflicts) == 0 && !r.HasJournal() {
+		// Nothing changed on the host and nothing is kept: the run goes
+		// whole, at once (a crash half-way leaves at most a layer with
+		// nothing left to apply).
+		r.pruneOlder()
+		r.Close()
+		return removeAll(r.Dir)
+	}
 	r.Applied = true
 	if err := r.save(); err != nil {
 		return err
@@ -387,10 +393,6 @@ func (r *Run) Finish(rep *Report) error {
 		return err
 	}
 	r.pruneOlder()
-	if len(rep.Kept) == 0 && len(rep.Conflicts) == 0 && !r.HasJournal() {
-		r.Close()
-		return removeAll(r.Dir)
-	}
 	return nil
 }
 
