@@ -745,8 +745,9 @@ func writeKnownLength(bw *bufio.Writer, resp *http.Response, rb io.ReadCloser) e
 	var keyBuf [32]string
 	keys := keyBuf[:0]
 	for k := range resp.Header {
-		switch k {
-		case "Content-Length", "Transfer-Encoding", "Trailer":
+		switch {
+		case k == "Content-Length", k == "Transfer-Encoding", k == "Trailer":
+		case !fieldName(k): // dropped, as WriteSubset drops it
 		default:
 			keys = append(keys, k)
 		}
@@ -780,6 +781,21 @@ func writeKnownLength(bw *bufio.Writer, resp *http.Response, rb io.ReadCloser) e
 		err = fmt.Errorf("http: ContentLength=%d with Body length %d", resp.ContentLength, n)
 	}
 	return err
+}
+
+// fieldName reports whether k is an HTTP field name: one or more token
+// characters (RFC 9110, 5.6.2).
+func fieldName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // smallBody is the largest response body sent with its head in one write.

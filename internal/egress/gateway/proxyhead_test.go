@@ -101,9 +101,11 @@ func TestWriteKnownLength(t *testing.T) {
 		raw    string
 		close  bool
 		http10 bool // the client's request was HTTP/1.0
+		badKey bool // a header name that is not a token (dropped)
 	}{
 		{raw: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\nX-B: 2\r\nX-A: 1\r\nx-a: 3\r\n\r\nhello"},
 		{raw: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello", close: true},
+		{raw: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Ok: 1\r\n\r\nhello", badKey: true},
 		{raw: "HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nhi"},
 		{raw: "HTTP/1.1 299 Something  Else \r\nContent-Length: 2\r\nEmpty:\r\nSpaced:   a  b  \r\n\r\nhi"},
 		{raw: "HTTP/1.0 404 Not Found\r\nContent-Length: 3\r\n\r\nnot", http10: true},
@@ -120,6 +122,9 @@ func TestWriteKnownLength(t *testing.T) {
 			resp.ProtoMajor, resp.ProtoMinor, resp.Close = 1, 1, tc.close
 			if tc.http10 {
 				resp.ProtoMinor = 0
+			}
+			if tc.badKey {
+				resp.Header["Bad Key:"] = []string{"x\r\ny"}
 			}
 			b := &eofBody{r: resp.Body}
 			resp.Body = b
