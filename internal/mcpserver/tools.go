@@ -513,7 +513,7 @@ func (s *server) runCommand(ctx context.Context, req *mcp.CallToolRequest, in ru
 		fmt.Fprintf(&b, "--- stderr ---\n%s\n", strings.TrimSuffix(out.Stderr, "\n"))
 	}
 	if len(out.NetworkDenied) > 0 {
-		b.WriteString("--- network denied (by the sandbox's policy; network_audit lists every record) ---\n")
+		b.WriteString("--- network denied or failed (denied by a rule of the sandbox's policy, or failed before any byte moved; network_audit lists every record) ---\n")
 		for _, d := range out.NetworkDenied {
 			why := d.Rule
 			if why == "" {
