@@ -168,3 +168,32 @@ func TestPendingRuns(t *testing.T) {
 		t.Errorf("with both airlocks gone: %d pending, want 2", len(got))
 	}
 }
+
+// A run that changed nothing in the workspace leaves the previous apply
+// undoable: the journal still describes the workspace exactly. The next
+// run that applies something takes its place.
+func TestEmptyRunKeepsJournal(t *testing.T) {
+	_, ws := newRun(t, "")
+	first := applied(t, "00000000000000d1", ws, "a", false)
+
+	empty := create(t, "00000000000000d2", ws)
+	rep, err := empty.Apply()
+	if err != nil || !rep.Empty() {
+		t.Fatalf("apply of an untouched layer: %v, empty %v", err, rep.Empty())
+	}
+	if err := empty.Finish(rep); err != nil {
+		t.Fatal(err)
+	}
+	if exists(empty.Dir) {
+		t.Error("a run with nothing applied kept its directory")
+	}
+	if !exists(first.Journal()) {
+		t.Fatal("a run that changed nothing dropped the previous apply's journal")
+	}
+
+	// Control: an apply that changes something drops it.
+	applied(t, "00000000000000d3", ws, "b", false)
+	if exists(first.Dir) {
+		t.Error("control: the earlier apply kept its run after a later apply changed the workspace")
+	}
+}

@@ -369,15 +369,15 @@ func (r *Run) Close() {
 
 // Finish ends an applied run: its layer is removed, and so is the whole
 // run when nothing was kept aside and nothing applied. The journal of what
-// was applied stays for Rollback, for the workspace's latest apply only:
-// older applied runs of the same workspace lose theirs (and go, unless
-// they kept something aside).
+// was applied stays for Rollback, for the workspace's latest apply that
+// changed something only: older applied runs of the same workspace lose
+// theirs (and go, unless they kept something aside).
 func (r *Run) Finish(rep *Report) error {
 	if len(rep.Kept) == 0 && len(rep.Conflicts) == 0 && !r.HasJournal() {
 		// Nothing changed on the host and nothing is kept: the run goes
 		// whole, at once (a crash half-way leaves at most a layer with
-		// nothing left to apply).
-		r.pruneOlder()
+		// nothing left to apply). The workspace's previous apply stays
+		// undoable: its journal still describes the workspace as it is.
 		r.Close()
 		return removeAll(r.Dir)
 	}
