@@ -47,7 +47,7 @@ var Routes = []Route{
 	// WebSocket; see PTYStart.
 	{"GET", "/v1/sandboxes/{id}/pty", "pty"},
 
-	// Network (egress). ?allowed=true|false, ?host=H, ?since=RFC3339,
+	// Network (egress). ?allowed=true|false, ?problems=true, ?host=H, ?since=RFC3339,
 	// ?cursor=C, ?limit=N -> NetworkEventsPage; ?follow=true streams
 	// NetworkEvents instead (Accept: application/x-ndjson, the default, or
 	// text/event-stream with Last-Event-ID) until the sandbox ends.

@@ -19,6 +19,11 @@ type NetworkQuery struct {
 	// Allowed keeps only the allowed (true) or only the denied (false)
 	// records; nil keeps both.
 	Allowed *bool
+	// Problems keeps only the records worth telling the user or agent
+	// about: those a rule denied, and those that failed before any byte
+	// moved either way (the name did not resolve, no address answered,
+	// the request was malformed). Failures later in a transfer are not.
+	Problems bool
 	// Host keeps the records of this host, as the gateway normalizes it
 	// (lowercase, no trailing dot); "" keeps all.
 	Host string
@@ -38,6 +43,9 @@ func (q NetworkQuery) query() url.Values {
 	v := url.Values{}
 	if q.Allowed != nil {
 		v.Set("allowed", strconv.FormatBool(*q.Allowed))
+	}
+	if q.Problems {
+		v.Set("problems", "true")
 	}
 	if q.Host != "" {
 		v.Set("host", q.Host)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/egress/netsum"
 )
 
 type execFlags struct {
@@ -36,7 +37,11 @@ func newExecCmd() *cobra.Command {
 killed it). Its stdout and stderr are streamed here as it runs; Ctrl-C and
 SIGTERM are forwarded to it. Without -i its stdin is empty; with -i it reads
 this stdin. With -t it runs on a terminal that takes this stdin and prints on
-this stdout (raw mode when stdin is a terminal, window size kept in step).`,
+this stdout (raw mode when stdin is a terminal, window size kept in step).
+Without -t, once the command has ended, what the sandbox's egress gateway
+denied or could not complete since it started is summed up on stderr in a
+few lines, each denial with the 'airlock net ID allow' rule that would
+allow it.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runExec(cmd, &f, args)
@@ -141,6 +146,11 @@ func execPlain(cmd *cobra.Command, c *client.Client, id string, req *api.ExecReq
 	if err != nil {
 		return apiFail(cmd, c, "exec", err)
 	}
+	// Best effort, like the command's own output: a daemon that cannot
+	// answer says so at the next call.
+	if sum, err := netsum.FromAudit(ctx, c, id, p.StartedAt, netsum.DefaultMax); err == nil {
+		sum.Print(stderr, execReport(id))
+	}
 	code := -1
 	switch {
 	case exit.Signal != 0:
@@ -168,6 +178,14 @@ func execPlain(cmd *cobra.Command, c *client.Client, id string, req *api.ExecReq
 		return exitError{code}
 	}
 	return nil
+}
+
+// execReport is how airlock exec's summary of the egress gateway's denials
+// and failures says where the records are and what allows a destination.
+// Other processes of the sandbox may have made some of them.
+func execReport(id string) netsum.Report {
+	return netsum.Report{Of: "the sandbox's connections and requests since the command started",
+		Where: "every connection and request: airlock net " + id, Allow: "airlock net " + id + " allow"}
 }
 
 // startFail reports a command that could not be started: 127 when it does

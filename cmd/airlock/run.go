@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/cache"
 	"github.com/airlock-dev/airlock/internal/egress"
+	"github.com/airlock-dev/airlock/internal/egress/netsum"
 	"github.com/airlock-dev/airlock/internal/errdefs"
 	"github.com/airlock-dev/airlock/internal/oneproc"
 	"github.com/airlock-dev/airlock/internal/policy"
@@ -660,7 +661,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		}()
 	}
 	if sandbox.HasNetwork(p) {
-		den := &denials{}
+		den := &netsum.Summary{}
 		gw, err := startEgress(sb, p, setup, f, rec, den, stderr)
 		if err != nil {
 			return fail(exitSetup, "egress gateway: %v", err)
@@ -668,7 +669,7 @@ func runRun(cmd *cobra.Command, f *runFlags, argv []string) (retErr error) {
 		defer func() {
 			gw.Close()
 			if !f.verbose { // -v printed each one as it came
-				den.report(stderr, f.netLog != "")
+				den.Print(stderr, runReport(f.netLog != ""))
 			}
 		}()
 	}

@@ -26,16 +26,19 @@ const (
 
 // NetworkQuery selects a sandbox's egress audit records.
 type NetworkQuery struct {
-	Allowed *bool     // nil: allowed and denied
-	Host    string    // the host as the gateway normalizes it (case and a trailing dot do not matter)
-	Since   time.Time // only records that started at or after it
-	Cursor  string    // list the records after the one with this cursor; "" from the oldest
-	Limit   int       // page size: 0 is 100; at most 1000 (ignored by FollowNetwork)
+	Allowed *bool // nil: allowed and denied
+	// Problems keeps the records netsum.Problem counts: denied by a rule,
+	// or failed before any byte moved either way.
+	Problems bool
+	Host     string    // the host as the gateway normalizes it (case and a trailing dot do not matter)
+	Since    time.Time // only records that started at or after it
+	Cursor   string    // list the records after the one with this cursor; "" from the oldest
+	Limit    int       // page size: 0 is 100; at most 1000 (ignored by FollowNetwork)
 }
 
 // filter checks q and turns it into the store's filter.
 func (q NetworkQuery) filter(id string) (store.EgressFilter, error) {
-	f := store.EgressFilter{SandboxID: id, Allowed: q.Allowed, Since: q.Since, Limit: q.Limit}
+	f := store.EgressFilter{SandboxID: id, Allowed: q.Allowed, Problems: q.Problems, Since: q.Since, Limit: q.Limit}
 	f.Host = strings.TrimSuffix(strings.ToLower(q.Host), ".")
 	if q.Cursor != "" {
 		n, err := strconv.ParseInt(q.Cursor, 10, 64)

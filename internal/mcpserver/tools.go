@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/airlock-dev/airlock/api"
 	"github.com/airlock-dev/airlock/client"
+	"github.com/airlock-dev/airlock/internal/egress/netsum"
 )
 
 // ToolNames are the tools the server offers, in the order it lists them.
@@ -533,27 +533,18 @@ func (s *server) runCommand(ctx context.Context, req *mcp.CallToolRequest, in ru
 const maxNetDenials = 20
 
 // deniedSince returns the egress records of sandbox id from since on that
-// were not allowed, one entry per destination and reason: an agent that
-// sees a 403 or a failed download learns why without another call. Best
-// effort: nil when the audit cannot be read (or the sandbox has no
-// network, and so no records).
+// a rule denied or that failed before any byte moved (netsum.Problem), one
+// entry per destination and reason: an agent that sees a 403 or a failed
+// download learns why without another call. Best effort: nil when the
+// audit cannot be read (or the sandbox has no network, and so no records).
 func (s *server) deniedSince(ctx context.Context, id string, since time.Time) []netDenial {
-	no := false
-	page, err := s.c.NetworkEvents(ctx, id, client.NetworkQuery{Allowed: &no, Since: since, Limit: 1000})
+	sum, err := netsum.FromAudit(ctx, s.c, id, since, maxNetDenials)
 	if err != nil {
 		return nil
 	}
 	var out []netDenial
-	for _, e := range page.Events {
-		i := slices.IndexFunc(out, func(d netDenial) bool {
-			return d.Host == e.Host && d.Port == e.Port && d.Rule == e.Rule && d.Error == e.Error
-		})
-		switch {
-		case i >= 0:
-			out[i].Count++
-		case len(out) < maxNetDenials:
-			out = append(out, netDenial{Host: e.Host, Port: e.Port, Rule: e.Rule, Error: e.Error, Count: 1})
-		}
+	for _, k := range sum.Kinds() {
+		out = append(out, netDenial{Host: k.Host, Port: k.Port, Rule: k.Rule, Error: k.Error, Count: k.Count})
 	}
 	return out
 }

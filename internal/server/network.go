@@ -29,6 +29,13 @@ func (s *Server) networkEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		q.Allowed = &b
 	}
+	if v := qv.Get("problems"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return badRequest("problems=%s: want true or false", errdefs.Quote(v))
+		}
+		q.Problems = b
+	}
 	q.Host = qv.Get("host")
 	ep, err := parseEventParams(r)
 	if err != nil {

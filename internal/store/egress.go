@@ -35,12 +35,15 @@ type EgressEvent struct {
 
 // EgressFilter selects events for ListEgressEvents.
 type EgressFilter struct {
-	SandboxID string    // required
-	After     int64     // only events with a greater ID (a cursor); 0: from the oldest
-	Allowed   *bool     // nil: both decisions
-	Host      string    // exact match; "": any host
-	Since     time.Time // only events that started at or after it; zero: any time
-	Limit     int       // 0: no limit
+	SandboxID string // required
+	After     int64  // only events with a greater ID (a cursor); 0: from the oldest
+	Allowed   *bool  // nil: both decisions
+	// Problems keeps only the events netsum.Problem counts: denied by a
+	// rule, or failed before any byte moved either way.
+	Problems bool
+	Host     string    // exact match; "": any host
+	Since    time.Time // only events that started at or after it; zero: any time
+	Limit    int       // 0: no limit
 }
 
 const egressCols = `id, sandbox_id, time, proto, method, host, port, path, addr, allowed, rule,
@@ -131,6 +134,9 @@ func (s *Store) ListEgressEvents(ctx context.Context, f EgressFilter) ([]EgressE
 	if f.Allowed != nil {
 		where = append(where, `allowed = ?`)
 		args = append(args, *f.Allowed)
+	}
+	if f.Problems {
+		where = append(where, `((NOT allowed AND rule != '') OR (error != '' AND bytes_up = 0 AND bytes_down = 0))`)
 	}
 	if f.Host != "" {
 		where = append(where, `host = ?`)

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/internal/egress/netsum"
 )
 
 func egressEvent(sb string, i int) EgressEvent {
@@ -252,6 +254,49 @@ func BenchmarkEgressBatchWithPrune(b *testing.B) {
 		}
 		if _, err := s.AddEgressEvents(ctx, batch, map[string]int{"a": keep}); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// Problems selects exactly the events netsum.Problem counts, and combines
+// with the other filters.
+func TestEgressProblems(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	mustPut(t, s, &Sandbox{ID: "a"})
+	var batch []EgressEvent
+	for _, allowed := range []bool{true, false} {
+		for _, rule := range []string{"", "not in allowlist"} {
+			for _, e := range []string{"", "dial tcp: connection refused"} {
+				for _, up := range []int64{0, 5} {
+					for _, down := range []int64{0, 7} {
+						ev := egressEvent("a", len(batch))
+						ev.Allowed, ev.Rule, ev.Error, ev.BytesUp, ev.BytesDown = allowed, rule, e, up, down
+						batch = append(batch, ev)
+					}
+				}
+			}
+		}
+	}
+	if _, err := s.AddEgressEvents(ctx, batch, nil); err != nil {
+		t.Fatal(err)
+	}
+	var want []int64
+	for _, e := range batch {
+		if netsum.Problem(netsum.Record{Host: e.Host, Port: e.Port, Allowed: e.Allowed, Rule: e.Rule, Error: e.Error, BytesUp: e.BytesUp, BytesDown: e.BytesDown}) {
+			want = append(want, e.ID)
+		}
+	}
+	if len(want) == 0 || len(want) == len(batch) {
+		t.Fatalf("the table selects %d of %d events: it tests nothing", len(want), len(batch))
+	}
+	if got := egressIDs(listEgress(t, s, EgressFilter{SandboxID: "a", Problems: true})); !reflect.DeepEqual(got, want) {
+		t.Fatalf("problems: got %v, want %v", got, want)
+	}
+	no := false
+	for _, e := range listEgress(t, s, EgressFilter{SandboxID: "a", Problems: true, Allowed: &no, Host: "h1.test"}) {
+		if e.Allowed || e.Host != "h1.test" || !netsum.Problem(netsum.Record{Allowed: e.Allowed, Rule: e.Rule, Error: e.Error, BytesUp: e.BytesUp, BytesDown: e.BytesDown}) {
+			t.Fatalf("combined filters let through %+v", e)
 		}
 	}
 }

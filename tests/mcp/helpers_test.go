@@ -237,3 +237,15 @@ func dialable(addr string) bool {
 	}
 	return err == nil
 }
+
+// deadPort is a loopback port where nothing listens: one just closed.
+func deadPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return port
+}

@@ -454,18 +454,23 @@ func exerciseTools(t *testing.T, s *server, nf *netFixture) []string {
 	s.fails(t, "read_file", m{"sandbox_id": a.SandboxID, "path": "missing.txt"}, "not_found")
 	s.fails(t, "read_file", m{"sandbox_id": a.SandboxID, "path": ""}, "path is empty")
 
-	// The network audit: one allowed and one denied request. run_command
-	// names the denied one (twice asked) in its result; the allowed one,
-	// and an earlier command's, are not there.
+	// The network audit: one allowed and one denied request, and one to
+	// an allowed address where nothing listens. run_command names the
+	// denied one (twice asked) and the failed one in its result; the
+	// allowed one, and an earlier command's, are not there.
+	dead := deadPort(t)
 	var dr runRes
-	txt := s.ok(t, "run_command", m{"sandbox_id": b.SandboxID, "command": fmt.Sprintf("curl -s -m 10 http://api.test:%[1]s/; echo; curl -s -m 10 -o /dev/null -w '%%{http_code}' http://other.test:%[1]s/; curl -s -m 10 -o /dev/null http://other.test:%[1]s/", nf.port)}, &dr)
+	txt := s.ok(t, "run_command", m{"sandbox_id": b.SandboxID, "command": fmt.Sprintf("curl -s -m 10 http://api.test:%[1]s/; echo; curl -s -m 10 -o /dev/null -w '%%{http_code}' http://other.test:%[1]s/; curl -s -m 10 -o /dev/null http://other.test:%[1]s/; curl -s -m 10 -o /dev/null http://api.test:%[2]d/", nf.port, dead)}, &dr)
 	if dr.Stdout != "hello api.test:"+nf.port+"\n403" {
 		t.Fatalf("egress: %+v", dr)
 	}
 	port, _ := strconv.Atoi(nf.port)
-	if len(dr.NetworkDenied) != 1 || dr.NetworkDenied[0].Host != "other.test" || dr.NetworkDenied[0].Port != port ||
+	if len(dr.NetworkDenied) != 2 || dr.NetworkDenied[0].Host != "other.test" || dr.NetworkDenied[0].Port != port ||
 		dr.NetworkDenied[0].Rule != "not in allowlist" || dr.NetworkDenied[0].Count != 2 ||
-		!strings.Contains(txt, "--- network denied") || !strings.Contains(txt, "other.test:"+nf.port+": not in allowlist (2 times)") {
+		dr.NetworkDenied[1].Host != "api.test" || dr.NetworkDenied[1].Port != dead || dr.NetworkDenied[1].Rule != "" ||
+		!strings.Contains(dr.NetworkDenied[1].Error, "refused") || dr.NetworkDenied[1].Count != 1 ||
+		!strings.Contains(txt, "--- network denied") || !strings.Contains(txt, "other.test:"+nf.port+": not in allowlist (2 times)") ||
+		!strings.Contains(txt, fmt.Sprintf("api.test:%d: failed: ", dead)) {
 		t.Fatalf("run_command's network_denied: %+v\n%s", dr.NetworkDenied, txt)
 	}
 	var ar runRes

@@ -253,7 +253,7 @@ func TestNetworkAudit(t *testing.T) {
 	}
 
 	// Bad input: 400 with a message; unknown sandbox: 404.
-	for _, qs := range []string{"cursor=x", "cursor=-1", "limit=0", "limit=1001", "since=yesterday", "allowed=maybe", "follow=sometimes"} {
+	for _, qs := range []string{"cursor=x", "cursor=-1", "limit=0", "limit=1001", "since=yesterday", "allowed=maybe", "problems=maybe", "follow=sometimes"} {
 		resp, body := d.rawRequest(t, "GET", "/v1/sandboxes/"+sb.ID+"/network?"+qs, nil, nil)
 		if resp.StatusCode != 400 || !strings.Contains(string(body), "invalid_argument") {
 			t.Errorf("?%s: %d %s", qs, resp.StatusCode, body)
@@ -815,5 +815,75 @@ func TestNetworkCLI(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("net -f still running 15s after the sandbox was deleted")
+	}
+}
+
+// TestExecNetSummary: once the command has ended, airlock exec sums up
+// what the sandbox's egress gateway denied (with the airlock net rule that
+// would allow it) and what it could not complete: a name not allowed,
+// asked twice, and an allowed address where nothing listens. The control:
+// the same command with the rule added reaches the server, and only the
+// address where nothing listens is reported; a command that only reaches
+// allowed servers prints nothing of the kind, nor do earlier commands'
+// denials.
+func TestExecNetSummary(t *testing.T) {
+	d := startDaemon(t, netHosts)
+	up := newUpstream(t)
+	sb := d.create(t, &api.CreateSandboxRequest{Policy: netPolicy})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	airlock := func(args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(airlockBin, args...)
+		cmd.Env = append(os.Environ(), "AIRLOCK_HOST=unix://"+d.sock)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errb.String(), code
+	}
+	script := fmt.Sprintf("curl -s -m 10 http://other.test:%[1]s/a; echo; curl -s -m 10 http://other.test:%[1]s/b; echo; curl -s -m 10 -o /dev/null http://api.test:%[2]d/; exit 3", up.port, dead)
+	out, errs, code := airlock("exec", sb.ID, "--", "sh", "-c", script)
+	other := `"other.test:` + up.port + `"`
+	if code != 3 {
+		t.Fatalf("exec: exit %d, want the command's 3\n%s%s", code, out, errs)
+	}
+	for _, want := range []string{
+		"airlock: the egress gateway denied 2 and could not complete 1 of the sandbox's connections and requests since the command started (every connection and request: airlock net " + sb.ID + "):\n",
+		"airlock:   " + other + ": denied: not in allowlist (2 times)\n",
+		"airlock:     to allow it: airlock net " + sb.ID + " allow " + other + "\n",
+		fmt.Sprintf(`airlock:   "api.test:%d": failed: `, dead), "connection refused",
+	} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("want %q in the exec's stderr:\n%s", want, errs)
+		}
+	}
+	if strings.Contains(out, "airlock:") {
+		t.Errorf("the summary went to stdout:\n%s", out)
+	}
+
+	// Control: the rule it suggests lets the same requests through.
+	if _, errs, code := airlock("net", sb.ID, "allow", "other.test:"+up.port); code != 0 {
+		t.Fatalf("net allow: exit %d: %s", code, errs)
+	}
+	out, errs, code = airlock("exec", sb.ID, "--", "sh", "-c", script)
+	if code != 3 || !strings.Contains(out, "hello other.test:"+up.port+" /a") || !strings.Contains(out, "hello other.test:"+up.port+" /b") {
+		t.Fatalf("control: exit %d\n%s%s", code, out, errs)
+	}
+	if strings.Contains(errs, "denied") || !strings.Contains(errs, "could not complete 1 of") || !strings.Contains(errs, fmt.Sprintf(`"api.test:%d": failed: `, dead)) {
+		t.Errorf("control: want only the dead address reported:\n%s", errs)
+	}
+	out, errs, code = airlock("exec", sb.ID, "--", "curl", "-s", "-m", "10", "http://api.test:"+up.port+"/ok")
+	if code != 0 || out != "hello api.test:"+up.port+" /ok" || errs != "" {
+		t.Errorf("an allowed request alone: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }

@@ -63,7 +63,7 @@ OPERATIONS: Dict[str, Tuple[str, str, str, Tuple[str, ...]]] = {
     "signalProcess": ("signal_process", "POST", "/v1/sandboxes/{id}/processes/{pid}/signal", ()),
     "pty": ("pty", "GET", "/v1/sandboxes/{id}/pty", ()),
     "networkEvents": ("network_events", "GET", "/v1/sandboxes/{id}/network",
-                      ("allowed", "host", "since", "cursor", "limit", "follow")),
+                      ("allowed", "problems", "host", "since", "cursor", "limit", "follow")),
     "getNetworkPolicy": ("get_network_policy", "GET", "/v1/sandboxes/{id}/network/policy", ()),
     "setNetworkPolicy": ("set_network_policy", "PUT", "/v1/sandboxes/{id}/network/policy", ()),
     "readFile": ("read_file", "GET", "/v1/sandboxes/{id}/files", ("path", "max_size")),
@@ -412,20 +412,23 @@ class Client:
 
     def network_events(self, id: str, allowed: Optional[bool] = None, host: Optional[str] = None,
                        since: Optional[str] = None, cursor: Optional[str] = None,
-                       limit: Optional[int] = None) -> models.NetworkEventsPage:
-        """One page of the sandbox's network audit."""
-        q = {"allowed": allowed, "host": host, "since": since, "cursor": cursor, "limit": limit}
+                       limit: Optional[int] = None, problems: Optional[bool] = None) -> models.NetworkEventsPage:
+        """One page of the sandbox's network audit. problems=True keeps the
+        records a rule denied and those that failed before any byte moved."""
+        q = {"allowed": allowed, "problems": problems or None, "host": host, "since": since, "cursor": cursor,
+             "limit": limit}
         return models.NetworkEventsPage.from_dict(self._json("networkEvents", {"id": id}, q))
 
     def follow_network(self, id: str, allowed: Optional[bool] = None, host: Optional[str] = None,
                        since: Optional[str] = None, cursor: Optional[str] = None,
                        limit: Optional[int] = None, follow: bool = True, sse: bool = False,
-                       on_cursor: Any = None) -> Iterator[models.NetworkEvent]:
+                       on_cursor: Any = None, problems: Optional[bool] = None) -> Iterator[models.NetworkEvent]:
         """The network audit as a stream, until the sandbox ends; a cut
         stream is reopened from the last cursor."""
 
         def open_stream(c: Optional[str]) -> Tuple[Response, bool]:
-            q = {"allowed": allowed, "host": host, "since": since, "cursor": c, "limit": limit, "follow": follow}
+            q = {"allowed": allowed, "problems": problems or None, "host": host, "since": since, "cursor": c,
+                 "limit": limit, "follow": follow}
             h = {"Accept": "text/event-stream" if sse else "application/x-ndjson"}
             r = self._raw("networkEvents", {"id": id}, q, headers=h, stream=True, stream_timeout=None)
             return r, "event-stream" in (r.headers.get("Content-Type") or "")

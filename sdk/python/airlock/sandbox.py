@@ -149,14 +149,16 @@ class Network:
         self.client, self.sandbox_id = client, sandbox_id
 
     def events(self, allowed: Optional[bool] = None, host: Optional[str] = None, since: Optional[str] = None,
-               cursor: Optional[str] = None, limit: Optional[int] = None) -> models.NetworkEventsPage:
+               cursor: Optional[str] = None, limit: Optional[int] = None,
+               problems: Optional[bool] = None) -> models.NetworkEventsPage:
         return self.client.network_events(self.sandbox_id, allowed=allowed, host=host, since=since,
-                                          cursor=cursor, limit=limit)
+                                          cursor=cursor, limit=limit, problems=problems)
 
     def follow(self, allowed: Optional[bool] = None, host: Optional[str] = None, since: Optional[str] = None,
-               cursor: Optional[str] = None, sse: bool = False) -> Iterator[models.NetworkEvent]:
+               cursor: Optional[str] = None, sse: bool = False,
+               problems: Optional[bool] = None) -> Iterator[models.NetworkEvent]:
         return self.client.follow_network(self.sandbox_id, allowed=allowed, host=host, since=since,
-                                          cursor=cursor, sse=sse)
+                                          cursor=cursor, sse=sse, problems=problems)
 
     def policy(self) -> models.NetworkPolicy:
         return self.client.get_network_policy(self.sandbox_id)

@@ -403,6 +403,7 @@ class NetworkTest(Live):
             page = sb.network.events()
             self.assertEqual({(e.host, e.allowed) for e in page.events}, {("api.test", True), ("other.test", False)})
             self.assertEqual([e.host for e in sb.network.events(allowed=False).events], ["other.test"])
+            self.assertEqual([e.host for e in sb.network.events(problems=True).events], ["other.test"])
             self.assertEqual(len(sb.network.events(limit=1).events), 1)
             pol = sb.network.policy()
             self.assertEqual((pol.mode, pol.allow), ("allowlist", ["api.test", "127.0.0.1"]))

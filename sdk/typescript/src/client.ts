@@ -57,6 +57,8 @@ export interface SandboxFilter {
 /** What networkEvents and followNetwork select. */
 export interface NetworkQuery {
   allowed?: boolean;
+  /** Only the records a rule denied and those that failed before any byte moved. */
+  problems?: boolean;
   host?: string;
   since?: Date | string;
   cursor?: string;
@@ -104,7 +106,7 @@ export const SENT_QUERY: { readonly [K in M.OperationId]: readonly string[] } = 
   writeStdin: ["close"],
   signalProcess: [],
   pty: [],
-  networkEvents: ["allowed", "host", "since", "cursor", "limit", "follow"],
+  networkEvents: ["allowed", "problems", "host", "since", "cursor", "limit", "follow"],
   recordEvents: ["type", "since", "cursor", "limit", "follow"],
   getNetworkPolicy: [],
   setNetworkPolicy: [],
@@ -441,6 +443,7 @@ export class Airlock {
   private networkQuery(q: NetworkQuery, follow: boolean): URLSearchParams {
     return query("networkEvents", {
       allowed: q.allowed === undefined ? undefined : String(q.allowed),
+      problems: q.problems ? "true" : undefined,
       host: q.host || undefined,
       since: q.since === undefined ? undefined : q.since instanceof Date ? q.since.toISOString() : q.since,
       cursor: q.cursor || undefined,

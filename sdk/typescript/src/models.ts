@@ -1163,7 +1163,7 @@ export const OPERATIONS = {
   writeStdin: { method: "POST", path: "/v1/sandboxes/{id}/processes/{pid}/stdin", query: ["close"], body: "application/octet-stream" },
   signalProcess: { method: "POST", path: "/v1/sandboxes/{id}/processes/{pid}/signal", query: [], body: "application/json" },
   pty: { method: "GET", path: "/v1/sandboxes/{id}/pty", query: [], body: null },
-  networkEvents: { method: "GET", path: "/v1/sandboxes/{id}/network", query: ["allowed","host","since","cursor","limit","follow"], body: null },
+  networkEvents: { method: "GET", path: "/v1/sandboxes/{id}/network", query: ["allowed","problems","host","since","cursor","limit","follow"], body: null },
   getNetworkPolicy: { method: "GET", path: "/v1/sandboxes/{id}/network/policy", query: [], body: null },
   setNetworkPolicy: { method: "PUT", path: "/v1/sandboxes/{id}/network/policy", query: [], body: "application/json" },
   recordEvents: { method: "GET", path: "/v1/sandboxes/{id}/events", query: ["type","since","cursor","limit","follow"], body: null },

@@ -281,6 +281,7 @@ test("network: the audit records a denied request; the policy changes live; a sa
   assert.equal(page.events[0].host, "denied.invalid");
   assert.equal(page.events[0].cursor, followed[0].cursor);
   assert.deepEqual((await sb.network.events({ allowed: true })).events, []);
+  assert.deepEqual((await sb.network.events({ problems: true })).events.map((e) => e.host), ["denied.invalid"]);
   assert.deepEqual((await sb.network.events({ cursor: page.events.at(-1).cursor })).events, []);
   const next = await sb.network.setPolicy({ mode: "allowlist", allow: ["allowed.invalid"], deny: ["denied.invalid"] });
   assert.deepEqual(next.deny, ["denied.invalid"]);
