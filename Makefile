@@ -53,8 +53,10 @@ bench: build
 	$(GO) run ./cmd/airlock-bench -n 100
 
 # The service: latencies through the SDK, throughput, memory per idle sandbox.
+# The idle sandboxes get 64 MiB disks: the daemon reserves each sandbox's disk
+# size on its volume store, and 200 of the default 1 GiB need 200 GiB free.
 bench-serve: build
-	$(GO) run ./cmd/airlock-bench serve -n 100 -idle 200
+	$(GO) run ./cmd/airlock-bench serve -n 100 -idle 200 -idle-disk 64M
 
 # airlock run, warm create -> first exec, exec round trip and memory per
 # idle sandbox with 1, 10, 100 and 500 idle sandboxes in one daemon (root).

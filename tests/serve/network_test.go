@@ -662,18 +662,7 @@ func TestNetworkCLI(t *testing.T) {
 	sb := d.create(t, &api.CreateSandboxRequest{Policy: netPolicy})
 	run := func(args ...string) (string, string, int) {
 		t.Helper()
-		cmd := exec.Command(airlockBin, args...)
-		cmd.Env = append(os.Environ(), "AIRLOCK_HOST=unix://"+d.sock)
-		var out, errb strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), errb.String(), code
+		return cli(t, d, args...)
 	}
 	reach := curl("http://api.test:"+up.port+"/x") + curl("http://other.test:"+up.port+"/y")
 	if out := d.sh(t, sb.ID, reach); out != "200 403 " {
@@ -838,18 +827,7 @@ func TestExecNetSummary(t *testing.T) {
 	l.Close()
 	airlock := func(args ...string) (string, string, int) {
 		t.Helper()
-		cmd := exec.Command(airlockBin, args...)
-		cmd.Env = append(os.Environ(), "AIRLOCK_HOST=unix://"+d.sock)
-		var out, errb strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), errb.String(), code
+		return cli(t, d, args...)
 	}
 	script := fmt.Sprintf("curl -s -m 10 http://other.test:%[1]s/a; echo; curl -s -m 10 http://other.test:%[1]s/b; echo; curl -s -m 10 -o /dev/null http://api.test:%[2]d/; exit 3", up.port, dead)
 	out, errs, code := airlock("exec", sb.ID, "--", "sh", "-c", script)

@@ -3,11 +3,9 @@
 package serve
 
 import (
-	"bytes"
 	"errors"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -472,18 +470,7 @@ func TestSnapshotCLI(t *testing.T) {
 	d := snapDaemon(t, "")
 	run := func(args ...string) (string, string, int) {
 		t.Helper()
-		cmd := exec.Command(airlockBin, args...)
-		cmd.Env = append(os.Environ(), "AIRLOCK_HOST=unix://"+d.sock)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), errb.String(), code
+		return cli(t, d, args...)
 	}
 	sb := d.create(t, nil)
 	d.sh(t, sb.ID, "printf 'one\\ntwo\\n' > /workspace/t.txt")
