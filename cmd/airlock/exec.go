@@ -38,7 +38,7 @@ killed it). Its stdout and stderr are streamed here as it runs; Ctrl-C and
 SIGTERM are forwarded to it. Without -i its stdin is empty; with -i it reads
 this stdin. With -t it runs on a terminal that takes this stdin and prints on
 this stdout (raw mode when stdin is a terminal, window size kept in step).
-Without -t, once the command has ended, what the sandbox's egress gateway
+Once the command has ended, what the sandbox's egress gateway
 denied or could not complete since it started is summed up on stderr in a
 few lines, each denial with the 'airlock net ID allow' rule that would
 allow it.`,
@@ -146,11 +146,7 @@ func execPlain(cmd *cobra.Command, c *client.Client, id string, req *api.ExecReq
 	if err != nil {
 		return apiFail(cmd, c, "exec", err)
 	}
-	// Best effort, like the command's own output: a daemon that cannot
-	// answer says so at the next call.
-	if sum, err := netsum.FromAudit(ctx, c, id, p.StartedAt, netsum.DefaultMax); err == nil {
-		sum.Print(stderr, execReport(id))
-	}
+	netSummary(ctx, c, id, p.StartedAt, stderr)
 	code := -1
 	switch {
 	case exit.Signal != 0:
@@ -180,12 +176,18 @@ func execPlain(cmd *cobra.Command, c *client.Client, id string, req *api.ExecReq
 	return nil
 }
 
-// execReport is how airlock exec's summary of the egress gateway's denials
-// and failures says where the records are and what allows a destination.
-// Other processes of the sandbox may have made some of them.
-func execReport(id string) netsum.Report {
-	return netsum.Report{Of: "the sandbox's connections and requests since the command started",
-		Where: "every connection and request: airlock net " + id, Allow: "airlock net " + id + " allow"}
+// netSummary prints what sandbox id's egress gateway denied or could not
+// complete since a command started (other processes of the sandbox may
+// have made some of it), each denial with the airlock net rule that would
+// allow it. Best effort, like the command's own output: a daemon that
+// cannot answer says so at the next call.
+func netSummary(ctx context.Context, c *client.Client, id string, since time.Time, w io.Writer) {
+	sum, err := netsum.FromAudit(ctx, c, id, since, netsum.DefaultMax)
+	if err != nil {
+		return
+	}
+	sum.Print(w, netsum.Report{Of: "the sandbox's connections and requests since the command started",
+		Where: "every connection and request: airlock net " + id, Allow: "airlock net " + id + " allow"})
 }
 
 // startFail reports a command that could not be started: 127 when it does
@@ -315,6 +317,12 @@ func execTTY(cmd *cobra.Command, c *client.Client, id string, req *api.ExecReque
 			case <-time.After(2 * time.Second):
 			}
 			restore()
+			if r.err == nil && r.exit.ProcessID != "" {
+				// After the terminal is restored: lines of their own.
+				if pr, err := c.GetProcess(ctx, id, r.exit.ProcessID); err == nil {
+					netSummary(ctx, c, id, pr.StartedAt, stderr)
+				}
+			}
 			if r.err != nil {
 				if r.exit.Error != "" {
 					// The command could not run.

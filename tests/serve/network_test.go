@@ -814,7 +814,7 @@ func TestNetworkCLI(t *testing.T) {
 // the same command with the rule added reaches the server, and only the
 // address where nothing listens is reported; a command that only reaches
 // allowed servers prints nothing of the kind, nor do earlier commands'
-// denials.
+// denials. With -t the summary comes once the session has ended.
 func TestExecNetSummary(t *testing.T) {
 	d := startDaemon(t, netHosts)
 	up := newUpstream(t)
@@ -863,5 +863,10 @@ func TestExecNetSummary(t *testing.T) {
 	out, errs, code = airlock("exec", sb.ID, "--", "curl", "-s", "-m", "10", "http://api.test:"+up.port+"/ok")
 	if code != 0 || out != "hello api.test:"+up.port+" /ok" || errs != "" {
 		t.Errorf("an allowed request alone: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	// With -t, the same once the terminal session has ended.
+	out, errs, code = airlock("exec", "-t", sb.ID, "--", "sh", "-c", fmt.Sprintf("curl -s -m 10 -o /dev/null http://api.test:%d/; echo done; exit 4", dead))
+	if code != 4 || !strings.Contains(out, "done") || !strings.Contains(errs, "could not complete 1 of") || !strings.Contains(errs, fmt.Sprintf(`"api.test:%d": failed: `, dead)) {
+		t.Errorf("exec -t: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
