@@ -596,6 +596,9 @@ func (c *Cgroup) Procs() ([]int, error) {
 	set := map[int]bool{}
 	for _, d := range c.dirs {
 		if err := procsTree(d.dir, set); err != nil {
+			if errors.Is(err, os.ErrNotExist) && !exists(d.dir) {
+				continue // removed (Destroy): nothing left in it
+			}
 			return nil, err
 		}
 	}
@@ -784,6 +787,22 @@ func (c *Cgroup) Destroy(ctx context.Context) error {
 	if c.destroyed {
 		return nil
 	}
+	// The usual case: the sandbox's processes are gone (its init was
+	// reaped, and the init of a PID namespace exits last), so rmdir alone
+	// removes each directory. The kernel refuses it (EBUSY) while a
+	// process or a child cgroup is left; what is left takes the careful
+	// path below.
+	c.oomKilled = c.readOOM()
+	left := false
+	for _, d := range c.dirs {
+		if err := unix.Rmdir(d.dir); err != nil && err != unix.ENOENT {
+			left = true
+		}
+	}
+	if !left {
+		c.closeDestroyed()
+		return nil
+	}
 	empty, killErr := c.kill()
 	for delay := time.Millisecond; !empty; delay = min(2*delay, 50*time.Millisecond) {
 		busy, err := c.populated()
@@ -806,7 +825,7 @@ func (c *Cgroup) Destroy(ctx context.Context) error {
 			_ = c.Kill() // processes forked before the kill took effect
 		}
 	}
-	c.oomKilled = c.readOOM()
+	c.oomKilled = c.oomKilled || c.readOOM()
 	var errs []error
 	for _, d := range c.dirs {
 		if err := removeTree(ctx, d.dir); err != nil {
@@ -816,12 +835,17 @@ func (c *Cgroup) Destroy(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	c.closeDestroyed()
+	return nil
+}
+
+// closeDestroyed marks c destroyed, its directories gone.
+func (c *Cgroup) closeDestroyed() {
 	if c.fd >= 0 {
 		_ = unix.Close(c.fd)
 		c.fd = -1
 	}
 	c.destroyed = true
-	return nil
 }
 
 // removeTree removes a cgroup directory and its child cgroups, retrying

@@ -231,6 +231,34 @@ func TestProcessKillDestroy(t *testing.T) {
 	}
 }
 
+// Destroy of a cgroup left with a child cgroup in one directory (no
+// process): the directories rmdir removes at once go, the one with the
+// child takes the careful path, child first; nothing is left and a second
+// Destroy is a no-op.
+func TestDestroyLeftChild(t *testing.T) {
+	lo := needCgroups(t)
+	top := testTop(t, lo)
+	cg := newT(t, "", top+"/child", Limits{})
+	paths := cg.Paths()
+	sub := filepath.Join(paths[len(paths)-1], "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cg.Destroy(ctx); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	for _, p := range append(paths, sub) {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s still exists after Destroy (%v)", p, err)
+		}
+	}
+	if err := cg.Destroy(ctx); err != nil {
+		t.Fatalf("second Destroy: %v", err)
+	}
+}
+
 // Destroy alone kills a whole process tree that is still running.
 func TestDestroyKillsTree(t *testing.T) {
 	lo := needCgroups(t)
