@@ -187,7 +187,7 @@ func netSummary(ctx context.Context, c *client.Client, id string, since time.Tim
 		return
 	}
 	sum.Print(w, netsum.Report{Of: "the sandbox's connections and requests since the command started",
-		Where: "every connection and request: airlock net " + id, Allow: "airlock net " + id + " allow"})
+		Where: "all of them: airlock net " + id + " --problems", Allow: "airlock net " + id + " allow"})
 }
 
 // startFail reports a command that could not be started: 127 when it does

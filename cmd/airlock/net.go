@@ -19,7 +19,7 @@ import (
 )
 
 func newNetCmd() *cobra.Command {
-	var asJSON, follow, denied bool
+	var asJSON, follow, denied, problems bool
 	var dest, since string
 	cmd := &cobra.Command{
 		Use:   "net ID [policy | allow HOST... | deny HOST... | mode MODE]",
@@ -27,7 +27,8 @@ func newNetCmd() *cobra.Command {
 		Long: `With only ID, print the audit of sandbox ID's egress gateway: one line per
 connection or plain-HTTP request, allowed or denied (time, decision, rule,
 method, host:port, path, bytes up and down, duration); -f follows new ones
-until the sandbox ends; --denied, --dest HOST and --since filter.
+until the sandbox ends; --denied, --problems (denied, or failed before any
+byte moved), --dest HOST and --since filter.
 
   net ID policy          print the network policy
   net ID allow HOST...   allow these rules (and drop them from deny)
@@ -44,7 +45,7 @@ A sandbox created with network mode none can only stay in mode none.`,
 			}
 			fl := cmd.Flags()
 			if sub != "" {
-				for _, f := range []string{"follow", "denied", "dest", "since"} {
+				for _, f := range []string{"follow", "denied", "problems", "dest", "since"} {
 					if fl.Changed(f) {
 						return fmt.Errorf("net %s: --%s is for listing the audit, not with %s", arg(id), f, errdefs.Quote(sub))
 					}
@@ -55,6 +56,7 @@ A sandbox created with network mode none can only stay in mode none.`,
 				if denied {
 					q.Allowed = new(bool)
 				}
+				q.Problems = problems
 				q.Host = dest
 				if since != "" {
 					t, err := parseSince(since, time.Now())
@@ -111,6 +113,7 @@ A sandbox created with network mode none can only stay in mode none.`,
 	f.BoolVar(&asJSON, "json", false, "print JSON: one event per line, or the policy")
 	f.BoolVarP(&follow, "follow", "f", false, "follow new events until the sandbox ends")
 	f.BoolVar(&denied, "denied", false, "only denied connections and requests")
+	f.BoolVar(&problems, "problems", false, "only those denied by a rule or failed before any byte moved (what airlock exec sums up)")
 	// Not --host: that is the daemon's address on every client command.
 	f.StringVar(&dest, "dest", "", "only connections to this host (exact, as the gateway records it)")
 	f.StringVar(&since, "since", "", "only events since a duration ago (10m) or a time (RFC 3339)")

@@ -701,6 +701,9 @@ func TestNetworkCLI(t *testing.T) {
 	if evs := jsonLines("--denied"); len(evs) != 1 || evs[0].Host != "other.test" {
 		t.Fatalf("net --denied: %+v", evs)
 	}
+	if evs := jsonLines("--problems"); len(evs) != 1 || evs[0].Host != "other.test" {
+		t.Fatalf("net --problems: %+v", evs)
+	}
 	if evs := jsonLines("--dest", "api.test"); len(evs) != 1 || evs[0].Path != "/x" {
 		t.Fatalf("net --dest: %+v", evs)
 	}
@@ -836,7 +839,7 @@ func TestExecNetSummary(t *testing.T) {
 		t.Fatalf("exec: exit %d, want the command's 3\n%s%s", code, out, errs)
 	}
 	for _, want := range []string{
-		"airlock: the egress gateway denied 2 and could not complete 1 of the sandbox's connections and requests since the command started (every connection and request: airlock net " + sb.ID + "):\n",
+		"airlock: the egress gateway denied 2 and could not complete 1 of the sandbox's connections and requests since the command started (all of them: airlock net " + sb.ID + " --problems):\n",
 		"airlock:   " + other + ": denied: not in allowlist (2 times)\n",
 		"airlock:     to allow it: airlock net " + sb.ID + " allow " + other + "\n",
 		fmt.Sprintf(`airlock:   "api.test:%d": failed: `, dead), "connection refused",
@@ -847,6 +850,14 @@ func TestExecNetSummary(t *testing.T) {
 	}
 	if strings.Contains(out, "airlock:") {
 		t.Errorf("the summary went to stdout:\n%s", out)
+	}
+	// airlock net --problems lists the same three records; --denied
+	// leaves out the failure.
+	for flag, want := range map[string]int{"--problems": 3, "--denied": 2} {
+		out, errs, code := airlock("net", sb.ID, flag, "--json")
+		if n := strings.Count(out, "\n"); code != 0 || n != want {
+			t.Errorf("net %s: exit %d, %d lines, want %d\n%s%s", flag, code, n, want, out, errs)
+		}
 	}
 
 	// Control: the rule it suggests lets the same requests through.
