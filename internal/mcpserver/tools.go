@@ -271,7 +271,7 @@ type listFilesOut struct {
 
 type auditIn struct {
 	SandboxID string `json:"sandbox_id" jsonschema:"the id create_sandbox returned"`
-	Only      string `json:"only,omitempty" jsonschema:"allowed or denied to keep only those; omit for both"`
+	Only      string `json:"only,omitempty" jsonschema:"allowed or denied to keep only those; problems for those denied by a rule or failed before any byte moved; omit for all"`
 	Host      string `json:"host,omitempty" jsonschema:"keep only this host"`
 	Cursor    string `json:"cursor,omitempty" jsonschema:"the cursor of the previous network_audit, to list only later records"`
 	Limit     int    `json:"limit,omitempty" jsonschema:"at most this many records (1 to 1000, default 100)"`
@@ -1002,8 +1002,10 @@ func (s *server) networkAudit(ctx context.Context, _ *mcp.CallToolRequest, in au
 	case "allowed", "denied":
 		v := in.Only == "allowed"
 		q.Allowed = &v
+	case "problems":
+		q.Problems = true
 	default:
-		return nil, out, fmt.Errorf("only %q: want allowed or denied (or omit it)", clip(in.Only))
+		return nil, out, fmt.Errorf("only %q: want allowed, denied or problems (or omit it)", clip(in.Only))
 	}
 	if in.Limit < 0 || in.Limit > 1000 {
 		return nil, out, errors.New("limit must be between 1 and 1000")

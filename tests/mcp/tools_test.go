@@ -496,7 +496,12 @@ func exerciseTools(t *testing.T, s *server, nf *netFixture) []string {
 	if len(au.Events) != 0 {
 		t.Fatalf("network_audit after the cursor: %+v", au)
 	}
-	s.fails(t, "network_audit", m{"sandbox_id": b.SandboxID, "only": "maybe"}, "allowed or denied")
+	// problems: the denied ones and the request to the dead port.
+	s.ok(t, "network_audit", m{"sandbox_id": b.SandboxID, "only": "problems"}, &au)
+	if len(au.Events) != 3 || au.Events[0].Host != "other.test" || au.Events[2].Host != "api.test" || au.Events[2].Port != dead {
+		t.Fatalf("network_audit problems: %+v", au)
+	}
+	s.fails(t, "network_audit", m{"sandbox_id": b.SandboxID, "only": "maybe"}, "allowed, denied or problems")
 	// The default policy has no network.
 	s.ok(t, "run_command", m{"sandbox_id": a.SandboxID, "command": "curl -s -m 5 http://api.test:" + nf.port + "/"}, &r)
 	if r.ExitCode == 0 {

@@ -64,7 +64,7 @@ func (k Kind) Target() string {
 // from many goroutines).
 type Summary struct {
 	// Max is how many distinct kinds it keeps (0: DefaultMax); the rest
-	// are counted in More.
+	// are counted, and Print says how many more there were.
 	Max int
 
 	mu             sync.Mutex
@@ -147,13 +147,6 @@ func (s *Summary) Kinds() []Kind {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Kind(nil), s.kinds...)
-}
-
-// Empty reports whether nothing was counted.
-func (s *Summary) Empty() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.denied+s.failed == 0
 }
 
 // Report says how to allow a denied destination, in a printed summary.
