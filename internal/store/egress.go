@@ -142,9 +142,10 @@ func (s *Store) ListEgressEvents(ctx context.Context, f EgressFilter) ([]EgressE
 		where = append(where, `host = ?`)
 		args = append(args, f.Host)
 	}
+	var since int64
 	if !f.Since.IsZero() {
 		var e timeEnc
-		since := e.at(f.Since)
+		since = e.at(f.Since)
 		if e.err != nil {
 			return nil, e.err
 		}
@@ -165,6 +166,21 @@ func (s *Store) ListEgressEvents(ctx context.Context, f EgressFilter) ([]EgressE
 		}
 		if err != nil {
 			return err
+		}
+		if !f.Since.IsZero() {
+			// Ids follow the order records were stored, not their start
+			// times, but none before the first recent one can qualify:
+			// the scan by id starts there.
+			var first sql.NullInt64
+			err := tx.QueryRowContext(ctx, `SELECT min(id) FROM egress_events INDEXED BY egress_events_time
+				WHERE sandbox_id = ? AND time >= ?`, f.SandboxID, since).Scan(&first)
+			if err != nil {
+				return err
+			}
+			if !first.Valid {
+				return nil
+			}
+			args[1] = max(f.After, first.Int64-1)
 		}
 		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {

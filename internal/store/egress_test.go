@@ -300,3 +300,59 @@ func TestEgressProblems(t *testing.T) {
 		}
 	}
 }
+
+// Since selects by start time whatever the order the records were stored
+// in (a long connection is stored when it ends, after shorter later ones).
+func TestEgressSinceOutOfOrder(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	mustPut(t, s, &Sandbox{ID: "a"})
+	var batch []EgressEvent
+	for _, sec := range []int{10, 50, 20, 60, 5, 30} {
+		batch = append(batch, egressEvent("a", sec))
+	}
+	if _, err := s.AddEgressEvents(ctx, batch, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		since int
+		after int64
+		want  []int64
+	}{
+		{25, 0, []int64{batch[1].ID, batch[3].ID, batch[5].ID}},
+		{0, 0, egressIDs(batch)},
+		{55, 0, []int64{batch[3].ID}},
+		{61, 0, []int64{}},
+		{15, batch[2].ID, []int64{batch[3].ID, batch[5].ID}},
+	} {
+		got := egressIDs(listEgress(t, s, EgressFilter{SandboxID: "a", Since: at(time.Duration(c.since) * time.Second), After: c.after}))
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("since %ds after %d: %v, want %v", c.since, c.after, got, c.want)
+		}
+	}
+}
+
+// BenchmarkEgressSince: the records of the last seconds out of 100,000 a
+// sandbox kept (what airlock exec's summary asks after every command).
+func BenchmarkEgressSince(b *testing.B) {
+	s, _ := openTest(b)
+	ctx := context.Background()
+	mustPut(b, s, &Sandbox{ID: "a"})
+	const n = 100000
+	var batch []EgressEvent
+	for i := range n {
+		batch = append(batch, egressEvent("a", i))
+		if len(batch) == 5000 {
+			if _, err := s.AddEgressEvents(ctx, batch, nil); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	f := EgressFilter{SandboxID: "a", Problems: true, Since: at((n - 10) * time.Second), Limit: 1001}
+	for b.Loop() {
+		if _, err := s.ListEgressEvents(ctx, f); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -223,6 +223,11 @@ var migrations = []string{
 		created_at INTEGER NOT NULL
 	) STRICT;
 	CREATE UNIQUE INDEX snapshots_name ON snapshots (tenant, name);`,
+	// 8: egress events by start time: a ?since= query (airlock exec's and
+	// run_command's summaries ask for the records since a command
+	// started) finds its first id here instead of reading every record
+	// the sandbox kept (57 ms with 100k of them).
+	`CREATE INDEX egress_events_time ON egress_events (sandbox_id, time);`,
 }
 
 // migrate applies the migrations the database has not seen, each in its own

@@ -27,7 +27,7 @@ func at(d time.Duration) time.Time { return base.Add(d) }
 
 func ptr[T any](v T) *T { return &v }
 
-func openTest(t *testing.T) (*Store, string) {
+func openTest(t testing.TB) (*Store, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "state", "airlock.db")
 	s, err := Open(context.Background(), path)
@@ -38,7 +38,7 @@ func openTest(t *testing.T) (*Store, string) {
 	return s, path
 }
 
-func mustPut(t *testing.T, s *Store, sb *Sandbox) {
+func mustPut(t testing.TB, s *Store, sb *Sandbox) {
 	t.Helper()
 	if err := s.PutSandbox(context.Background(), sb); err != nil {
 		t.Fatalf("PutSandbox(%s): %v", sb.ID, err)
