@@ -19,6 +19,18 @@ func egressEvent(sb string, i int) EgressEvent {
 	}
 }
 
+// storedEvents opens a store whose sandbox "a" holds batch, stored in one
+// transaction (their IDs set).
+func storedEvents(t testing.TB, batch []EgressEvent) *Store {
+	t.Helper()
+	s, _ := openTest(t)
+	mustPut(t, s, &Sandbox{ID: "a"})
+	if _, err := s.AddEgressEvents(context.Background(), batch, nil); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func listEgress(t *testing.T, s *Store, f EgressFilter) []EgressEvent {
 	t.Helper()
 	l, err := s.ListEgressEvents(context.Background(), f)
@@ -261,9 +273,6 @@ func BenchmarkEgressBatchWithPrune(b *testing.B) {
 // Problems selects exactly the events netsum.Problem counts, and combines
 // with the other filters.
 func TestEgressProblems(t *testing.T) {
-	s, _ := openTest(t)
-	ctx := context.Background()
-	mustPut(t, s, &Sandbox{ID: "a"})
 	var batch []EgressEvent
 	for _, allowed := range []bool{true, false} {
 		for _, rule := range []string{"", "not in allowlist"} {
@@ -278,9 +287,7 @@ func TestEgressProblems(t *testing.T) {
 			}
 		}
 	}
-	if _, err := s.AddEgressEvents(ctx, batch, nil); err != nil {
-		t.Fatal(err)
-	}
+	s := storedEvents(t, batch)
 	var want []int64
 	for _, e := range batch {
 		if netsum.Problem(netsum.Record{Host: e.Host, Port: e.Port, Allowed: e.Allowed, Rule: e.Rule, Error: e.Error, BytesUp: e.BytesUp, BytesDown: e.BytesDown}) {
@@ -304,16 +311,11 @@ func TestEgressProblems(t *testing.T) {
 // Since selects by start time whatever the order the records were stored
 // in (a long connection is stored when it ends, after shorter later ones).
 func TestEgressSinceOutOfOrder(t *testing.T) {
-	s, _ := openTest(t)
-	ctx := context.Background()
-	mustPut(t, s, &Sandbox{ID: "a"})
 	var batch []EgressEvent
 	for _, sec := range []int{10, 50, 20, 60, 5, 30} {
 		batch = append(batch, egressEvent("a", sec))
 	}
-	if _, err := s.AddEgressEvents(ctx, batch, nil); err != nil {
-		t.Fatal(err)
-	}
+	s := storedEvents(t, batch)
 	for _, c := range []struct {
 		since int
 		after int64
