@@ -129,6 +129,8 @@ func (s *Store) ListEgressEvents(ctx context.Context, f EgressFilter) ([]EgressE
 	if f.Limit < 0 {
 		return nil, fmt.Errorf("store: negative limit %d", f.Limit)
 	}
+	// args[afterArg] is the id the scan starts after (Since may move it).
+	const afterArg = 1
 	where := []string{`sandbox_id = ?`, `id > ?`}
 	args := []any{f.SandboxID, f.After}
 	if f.Allowed != nil {
@@ -180,7 +182,7 @@ func (s *Store) ListEgressEvents(ctx context.Context, f EgressFilter) ([]EgressE
 			if !first.Valid {
 				return nil
 			}
-			args[1] = max(f.After, first.Int64-1)
+			args[afterArg] = max(f.After, first.Int64-1)
 		}
 		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {
