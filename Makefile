@@ -25,6 +25,11 @@ LDFLAGS := -X github.com/airlock-dev/airlock/internal/initbin.BuildID=$(BUILD_ID
 # (docs/performance.md).
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o internal/initbin/airlock-init ./cmd/airlock-init
+	@# The runtime-free PID 1 of one-shot gVisor sandboxes has its own entry
+	@# point (cmd/airlock-pid1); other architectures embed an empty file.
+	if [ "$$($(GO) env GOOS)/$$($(GO) env GOARCH)" = linux/amd64 ]; then \
+		$(GO) build -trimpath -ldflags '$(LDFLAGS) -E main.start' -o internal/initbin/airlock-pid1 ./cmd/airlock-pid1; \
+	else : > internal/initbin/airlock-pid1; fi
 	$(GO) build -trimpath -tags airlock_init -ldflags '$(LDFLAGS)' -o internal/fullbin/airlock-full ./cmd/airlock
 	$(GO) build -trimpath -tags airlock_init,airlock_lean -ldflags '$(LDFLAGS)' -o bin/.airlock.link ./cmd/airlock
 	cp bin/.airlock.link bin/.airlock.new && mv -f bin/.airlock.new bin/airlock && rm -f bin/.airlock.link
@@ -46,7 +51,7 @@ vet:
 	@# The lean build's own files (tag airlock_lean), with empty stand-ins
 	@# for the programs `make build` embeds.
 	@tmp=$$(mktemp -d) && touch $$tmp/empty && \
-	printf '{"Replace":{"%s":"%s","%s":"%s"}}' "$(CURDIR)/internal/initbin/airlock-init" "$$tmp/empty" "$(CURDIR)/internal/fullbin/airlock-full" "$$tmp/empty" > $$tmp/overlay.json && \
+	printf '{"Replace":{"%s":"%s","%s":"%s","%s":"%s"}}' "$(CURDIR)/internal/initbin/airlock-init" "$$tmp/empty" "$(CURDIR)/internal/initbin/airlock-pid1" "$$tmp/empty" "$(CURDIR)/internal/fullbin/airlock-full" "$$tmp/empty" > $$tmp/overlay.json && \
 	$(GO) vet -tags airlock_init,airlock_lean -overlay $$tmp/overlay.json ./cmd/airlock; rc=$$?; rm -rf $$tmp; exit $$rc
 
 bench: build

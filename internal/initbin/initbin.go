@@ -18,3 +18,8 @@ var BuildID string
 
 // Bin is the init program, or nil when none was embedded.
 func Bin() []byte { return bin }
+
+// Pid1 is cmd/airlock-pid1, the PID 1 of one-shot gVisor sandboxes that
+// runs without the Go runtime, or nil when none was embedded (a plain
+// build, or an architecture it does not support).
+func Pid1() []byte { return pid1 }

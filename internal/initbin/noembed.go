@@ -2,4 +2,4 @@
 
 package initbin
 
-var bin []byte
+var bin, pid1 []byte

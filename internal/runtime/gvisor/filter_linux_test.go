@@ -1,6 +1,8 @@
 package gvisor
 
 import (
+	"encoding/base64"
+	"slices"
 	"testing"
 
 	"github.com/airlock-dev/airlock/internal/runtime"
@@ -29,6 +31,23 @@ func TestFilterEncoding(t *testing.T) {
 	for _, bad := range [][]byte{nil, raw[:len(raw)-1]} {
 		if _, err := decodeFilter(bad); err == nil {
 			t.Fatalf("%d bytes decoded", len(bad))
+		}
+	}
+}
+
+// TestArgvEncoding: a one-shot command's arguments travel as given (empty
+// ones, spaces, newlines); a value without the final NUL or not base64 is
+// refused.
+func TestArgvEncoding(t *testing.T) {
+	for _, argv := range [][]string{{"true"}, {"sh", "-c", "echo a  b\n", "", "x"}, {""}, nil} {
+		got, err := decodeArgv(encodeArgv(argv))
+		if err != nil || !slices.Equal(got, argv) {
+			t.Errorf("%q: got %q, %v", argv, got, err)
+		}
+	}
+	for _, bad := range []string{base64.StdEncoding.EncodeToString([]byte("true")), "not base64!"} {
+		if got, err := decodeArgv(bad); err == nil {
+			t.Errorf("%q: decoded as %q, want an error", bad, got)
 		}
 	}
 }

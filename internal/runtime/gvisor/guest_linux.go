@@ -9,7 +9,6 @@ package gvisor
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -120,7 +119,8 @@ func ExecMain() {
 	if asInit {
 		// As PID 1 the command comes in argvEnv, not on the command
 		// line, which every process in the sandbox can read.
-		if err := json.Unmarshal([]byte(os.Getenv(argvEnv)), &argv); err != nil {
+		var err error
+		if argv, err = decodeArgv(os.Getenv(argvEnv)); err != nil {
 			fail(126, "command: "+err.Error())
 		}
 	}
@@ -324,6 +324,32 @@ func splice(a, b net.Conn) {
 	go half(a, b)
 	<-done
 	<-done
+}
+
+// encodeArgv is how a one-shot sandbox's command travels in argvEnv: the
+// base64 of each argument followed by a NUL, which airlock-pid1 decodes
+// without the Go runtime.
+func encodeArgv(argv []string) string {
+	var b []byte
+	for _, a := range argv {
+		b = append(append(b, a...), 0)
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// decodeArgv reverses encodeArgv.
+func decodeArgv(v string) ([]string, error) {
+	raw, err := base64.StdEncoding.DecodeString(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", argvEnv, err)
+	}
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	if raw[len(raw)-1] != 0 {
+		return nil, fmt.Errorf("%s: the last argument has no NUL", argvEnv)
+	}
+	return strings.Split(string(raw[:len(raw)-1]), "\x00"), nil
 }
 
 // guestFilter is the policy's seccomp program: from seccompEnv for a

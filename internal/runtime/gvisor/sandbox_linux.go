@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -243,6 +244,9 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (_ runtime.San
 
 	if r.OneShot {
 		sb.oneShot, sb.spec = true, b.spec
+		if sb.pid1, err = pid1Program(root); err != nil {
+			return nil, fmt.Errorf("sandbox init program: %w", err)
+		}
 		return sb, nil
 	}
 
@@ -321,6 +325,21 @@ func initProgram(root string) (string, error) {
 	return f.Name(), nil
 }
 
+// pid1Program is initProgram for cmd/airlock-pid1: its host file, or ""
+// when this build embeds none.
+func pid1Program(root string) (string, error) {
+	bin := initbin.Pid1()
+	if len(bin) == 0 {
+		return "", nil
+	}
+	f, err := progfile.Cached(root, "pid1", initbin.BuildID, bin)
+	if err != nil {
+		return "", fmt.Errorf("gvisor: the one-shot init program in %s: %w", root, err)
+	}
+	f.Close()
+	return f.Name(), nil
+}
+
 // owner records who made a sandbox, for the sweep: a non-detached sandbox
 // whose supervisor is gone is deleted by the next Create.
 type owner struct {
@@ -381,6 +400,7 @@ type sandbox struct {
 	listen         []string       // Spec.Listen
 	listeners      []net.Listener // their host ends, for the egress gateway
 	oneShot        bool           // Runtime.OneShot
+	pid1           string         // one-shot: the host file of cmd/airlock-pid1 ("": none embedded)
 	filter         []byte         // the policy's seccomp program (encodeFilter), when seccomp is on
 	cg             *cgroup.Cgroup // the host cgroup airlock made (nil: none)
 	spec           *specs.Spec    // the bundle's spec (one-shot: its process is the command)
@@ -569,10 +589,9 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (_ runtim
 	}
 	env := append([]string(nil), req.Env...)
 	if sb.oneShot {
-		raw, _ := json.Marshal(req.Argv)
 		args = append(args, forwardArgs(&runtime.Spec{Listen: sb.listen})...)
 		args = append(args, "--init", "--")
-		env = append(env, argvEnv+"="+string(raw))
+		env = append(env, argvEnv+"="+encodeArgv(req.Argv))
 		if sb.seccomp {
 			env = append(env, seccompEnv+"="+base64.StdEncoding.EncodeToString(sb.filter))
 		}
@@ -633,6 +652,18 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (_ runtim
 		sb.ran = true
 		spec := *sb.spec
 		spec.Process = proc
+		if sb.pid1 != "" && !req.TTY && len(sb.listen) == 0 {
+			// Without a terminal or egress forwarders to serve, the
+			// command's PID 1 is airlock-pid1, which does the same
+			// without starting the Go runtime (15-19 ms of system
+			// calls through the Sentry): bound where the init would be.
+			spec.Mounts = slices.Clone(spec.Mounts)
+			for i := range spec.Mounts {
+				if spec.Mounts[i].Destination == guestInit {
+					spec.Mounts[i].Source = sb.pid1
+				}
+			}
+		}
 		raw, err := json.Marshal(&spec)
 		if err == nil {
 			err = os.WriteFile(filepath.Join(sb.dir, "config.json"), raw, 0o600)

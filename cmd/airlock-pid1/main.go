@@ -1,0 +1,38 @@
+// Command airlock-pid1 is the PID 1 of a one-shot gVisor sandbox (`airlock
+// run --runtime gvisor` without a terminal or egress): it does what
+// airlock-init's one-shot mode does (gvisor.ExecMain with --init) without
+// starting the Go runtime. Inside gVisor every system call is a trip
+// through the Sentry, and the runtime's start (about 200 of them: threads,
+// signal handlers, memory) cost 15-19 ms of each one-shot sandbox; this
+// program makes about 15.
+//
+// It is built with its own entry point (go build -ldflags=-E=main.start, see
+// the Makefile and internal/buildtest): a few lines of assembly point the
+// thread's FS base at a zeroed block and call run, ordinary Go marked
+// nosplit that never allocates, never grows its stack and never calls into
+// the runtime (no maps, no append, no bounds checks that could fail, no
+// panics). TestNoRuntimeCalls reads the built binary and fails if any code
+// reachable from the entry lies outside this package.
+//
+// What it does, in order: refuse an init of another build (exit 120, like
+// airlock-init); read the command (AIRLOCK_GVISOR_ARGV: base64 of each
+// argument followed by a NUL) and the policy's seccomp program
+// (AIRLOCK_GVISOR_SECCOMP: base64 of struct sock_filter), and drop both and
+// the build id from the command's environment; find the command in PATH as
+// the agent does; block every signal and read the ones the supervisor
+// forwards, and SIGCHLD, from a signalfd; fork the command into a session
+// of its own under the filter; write "ok\n" on the status pipe (fd 3) once
+// the command has started, or "CODE message\n" (127 not found, 126 not
+// executable) and exit with CODE; pass each forwarded signal to the
+// command's process group; reap orphans; exit with the command's status
+// (128+N for signal N). The messages and codes are airlock-init's
+// (TestMessages compares them).
+//
+// Only linux/amd64 has the entry; elsewhere `make build` embeds an empty
+// file and the gVisor runtime starts airlock-init instead.
+package main
+
+// main runs only when the program was built without its entry point.
+func main() {
+	panic("airlock-pid1: built without its entry point (go build -ldflags=-E=main.start; see the Makefile)")
+}

@@ -1,0 +1,416 @@
+//go:build linux && amd64
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/internal/agent"
+	"github.com/airlock-dev/airlock/internal/buildtest"
+	"github.com/airlock-dev/airlock/internal/runtime"
+)
+
+const testBuild = "t35t"
+
+var built string
+
+// program builds the program once per test binary, as `make build` does.
+func program(t *testing.T) string {
+	t.Helper()
+	if built != "" {
+		return built
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("needs the go command to build the program:", err)
+	}
+	out := filepath.Join(os.TempDir(), "airlock-pid1-test-"+testBuild)
+	if _, err := buildtest.Pid1(out, testBuild); err != nil {
+		t.Fatal(err)
+	}
+	built = out
+	return out
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built != "" {
+		os.Remove(built)
+	}
+	os.Exit(code)
+}
+
+// TestNoRuntimeCalls: every function reachable from the entry point is in
+// this package, and every call in them is direct, so none can reach the Go
+// runtime (which was never started: an allocation, a failed bounds check or
+// a stack check there would crash).
+func TestNoRuntimeCalls(t *testing.T) {
+	bin := program(t)
+	out, err := exec.Command("go", "tool", "objdump", bin).Output()
+	if err != nil {
+		t.Fatal("go tool objdump:", err)
+	}
+	calls, indirect := callGraph(t, string(out))
+	reach := func(from string) map[string]bool {
+		seen := map[string]bool{from: true}
+		for todo := []string{from}; len(todo) > 0; {
+			f := todo[len(todo)-1]
+			todo = todo[:len(todo)-1]
+			for _, c := range calls[f] {
+				if !seen[c] {
+					seen[c] = true
+					todo = append(todo, c)
+				}
+			}
+		}
+		return seen
+	}
+	got := reach("main.start")
+	for _, want := range []string{"main.run", "main.sys.abi0", "main.lookPath", "main.child", "main.supervise", "main.fail", "main.startFailure"} {
+		if !got[want] {
+			t.Errorf("%s is not reached from main.start: the call graph is not read right", want)
+		}
+	}
+	for f := range got {
+		if !strings.HasPrefix(f, "main.") || f == "main.main" {
+			t.Errorf("%s is reachable from the entry point: it is not this program's code", f)
+		}
+		for _, ins := range indirect[f] {
+			t.Errorf("%s makes an indirect call (%s): its target cannot be checked", f, ins)
+		}
+	}
+	// The controls: the reading finds that making a channel reaches the
+	// allocator, and the listing has indirect calls to find.
+	if !reach("runtime.makechan")["runtime.mallocgc"] {
+		t.Errorf("runtime.makechan is not found to reach runtime.mallocgc: the check could not fail")
+	}
+	if len(indirect) == 0 {
+		t.Errorf("no indirect call found in the whole binary: the check could not fail")
+	}
+}
+
+// callGraph reads objdump's listing: each function's direct calls and
+// jumps to other functions, and its indirect calls (any other CALL).
+func callGraph(t *testing.T, listing string) (calls, indirect map[string][]string) {
+	calls, indirect = map[string][]string{}, map[string][]string{}
+	text := regexp.MustCompile(`^TEXT (\S+)\(SB\)`)
+	target := regexp.MustCompile(`\t(CALL|JMP) ([^\s(]+)\(SB\)`)
+	cur := ""
+	for line := range strings.SplitSeq(listing, "\n") {
+		if m := text.FindStringSubmatch(line); m != nil {
+			cur = m[1]
+			continue
+		}
+		if cur == "" {
+			continue
+		}
+		if m := target.FindStringSubmatch(line); m != nil && m[2] != cur {
+			calls[cur] = append(calls[cur], m[2])
+		} else if strings.Contains(line, "\tCALL ") {
+			indirect[cur] = append(indirect[cur], strings.TrimSpace(line))
+		}
+	}
+	if len(calls) == 0 {
+		t.Fatal("no calls found in the listing")
+	}
+	return calls, indirect
+}
+
+// TestForwardedMask: the program forwards runtime.ForwardedSignals.
+func TestForwardedMask(t *testing.T) {
+	var want uint64
+	for _, s := range runtime.ForwardedSignals {
+		want |= 1 << (s.(syscall.Signal) - 1)
+	}
+	if forwarded != want {
+		t.Errorf("forwarded = %#x, runtime.ForwardedSignals = %#x", uint64(forwarded), want)
+	}
+}
+
+// TestErrnoText: the texts are Go's (those airlock-init reports).
+func TestErrnoText(t *testing.T) {
+	for e := syscall.Errno(1); e < 200; e++ {
+		msgLen = 0
+		putErrno(uintptr(e))
+		got := string(msg[:msgLen])
+		if got != "errno "+strconv.Itoa(int(e)) && got != e.Error() {
+			t.Errorf("errno %d: %q, Go says %q", int(e), got, e.Error())
+		}
+	}
+	msgLen = 0
+	putErrno(uintptr(syscall.ENOEXEC))
+	if got := string(msg[:msgLen]); got != "exec format error" {
+		t.Errorf("ENOEXEC: %q", got)
+	}
+}
+
+// result is one run of the program: its exit code, the status line and
+// the command's output.
+type result struct {
+	code           int
+	status, stdout string
+}
+
+type start struct {
+	argv    []string // the command; nil: no AIRLOCK_GVISOR_ARGV
+	env     []string // the command's environment (PATH etc.)
+	build   string   // "": testBuild
+	filter  []byte   // the seccomp program (struct sock_filter); nil: none
+	opts    []string // options before "--" (besides --init)
+	noPipe  bool     // no status pipe at fd 3
+	signals func(t *testing.T, p *os.Process, out *bufio.Reader)
+}
+
+func encodeArgv(argv []string) string {
+	var b []byte
+	for _, a := range argv {
+		b = append(append(b, a...), 0)
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+func runProgram(t *testing.T, s start) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	args := append([]string{"__sandbox-init-gvisor-exec"}, s.opts...)
+	args = append(args, "--init", "--")
+	cmd := exec.CommandContext(ctx, program(t), args...)
+	build := s.build
+	if build == "" {
+		build = testBuild
+	}
+	cmd.Env = append(slices.Clone(s.env), "AIRLOCK_INIT_BUILD="+build)
+	if s.argv != nil {
+		cmd.Env = append(cmd.Env, "AIRLOCK_GVISOR_ARGV="+encodeArgv(s.argv))
+	}
+	if s.filter != nil {
+		cmd.Env = append(cmd.Env, "AIRLOCK_GVISOR_SECCOMP="+base64.StdEncoding.EncodeToString(s.filter))
+		cmd.Args = append(cmd.Args[:1], append([]string{"__sandbox-init-gvisor-exec", "--seccomp"}, cmd.Args[2:]...)...)
+	}
+	var sr, sw *os.File
+	if !s.noPipe {
+		var err error
+		if sr, sw, err = os.Pipe(); err != nil {
+			t.Fatal(err)
+		}
+		defer sr.Close()
+		cmd.ExtraFiles = []*os.File{sw}
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if sw != nil {
+		sw.Close()
+	}
+	out := bufio.NewReader(stdout)
+	if s.signals != nil {
+		s.signals(t, cmd.Process, out)
+	}
+	rest, _ := io.ReadAll(out)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	r := result{code: cmd.ProcessState.ExitCode(), stdout: string(rest)}
+	if sr != nil {
+		st, _ := io.ReadAll(sr)
+		r.status = string(st)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the program did not end within 20 s; stderr: %s", stderr.String())
+	}
+	t.Logf("exit %d, status %q, stderr %q", r.code, r.status, stderr.String())
+	return r
+}
+
+func TestStart(t *testing.T) {
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, []byte("echo\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	noInterp := filepath.Join(dir, "nointerp")
+	if err := os.WriteFile(noInterp, []byte("#!/nonexistent/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := []string{"PATH=/usr/bin:/bin"}
+
+	t.Run("status", func(t *testing.T) {
+		r := runProgram(t, start{argv: []string{"sh", "-c", `printf '[%s]' "$@"; echo; env; exit 7`, "x", "a b", ""}, env: append(path, "FOO=bar")})
+		if r.code != 7 || r.status != "ok\n" {
+			t.Errorf("want exit 7 and status ok, got %d %q", r.code, r.status)
+		}
+		if !strings.HasPrefix(r.stdout, "[a b][]\n") {
+			t.Errorf("the arguments did not arrive as given: %q", r.stdout)
+		}
+		if !strings.Contains(r.stdout, "FOO=bar\n") || strings.Contains(r.stdout, "AIRLOCK_") {
+			t.Errorf("want the command's environment without airlock's variables:\n%s", r.stdout)
+		}
+	})
+	t.Run("killed", func(t *testing.T) {
+		if r := runProgram(t, start{argv: []string{"sh", "-c", "kill -KILL $$"}, env: path}); r.code != 128+9 || r.status != "ok\n" {
+			t.Errorf("want 137, got %d %q", r.code, r.status)
+		}
+	})
+
+	// A command that cannot start: the code and message agent.StartFailure
+	// gives (that airlock-init reports).
+	lookup := func(name string, env []string) string {
+		code, msg := agent.StartFailure(name, env, "", "", nil)
+		return strconv.Itoa(code) + " " + msg + "\n"
+	}
+	execFails := func(name, path string, env []string, err error) string {
+		code, msg := agent.StartFailure(name, env, path, "", err)
+		return strconv.Itoa(code) + " " + msg + "\n"
+	}
+	for _, c := range []struct {
+		name, want string
+		argv, env  []string
+	}{
+		{"not found", lookup("nosuch", path), []string{"nosuch"}, path},
+		{"not found, default PATH", lookup("nosuch", nil), []string{"nosuch"}, nil},
+		{"not executable in PATH", lookup("plain", []string{"PATH=/nonexistent:" + dir + "/"}), []string{"plain"}, []string{"PATH=/nonexistent:" + dir + "/"}},
+		{"found after a non-executable", "ok\n", []string{"sh", "-c", "true"}, []string{"PATH=" + dir + ":/bin"}},
+		{"no interpreter", execFails(noInterp, noInterp, path, syscall.ENOENT), []string{noInterp}, path},
+		{"path not found", execFails("./nosuch", "./nosuch", path, syscall.ENOENT), []string{"./nosuch"}, path},
+		{"a directory", execFails(dir, dir, path, syscall.EACCES), []string{dir}, path},
+		{"no permission", execFails(plain, plain, path, syscall.EACCES), []string{plain}, path},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := runProgram(t, start{argv: c.argv, env: c.env})
+			if r.status != c.want {
+				t.Errorf("status %q, want %q", r.status, c.want)
+			}
+			want := 0
+			if c.want != "ok\n" {
+				want, _ = strconv.Atoi(c.want[:3])
+			}
+			if r.code != want {
+				t.Errorf("exit %d, want %d", r.code, want)
+			}
+		})
+	}
+
+	t.Run("bad input", func(t *testing.T) {
+		for _, c := range []struct {
+			name string
+			s    start
+			code int
+			want string
+		}{
+			{"another build", start{argv: []string{"true"}, build: "other"}, 120, ""},
+			{"no command", start{argv: []string{}}, 126, "126 no command\n"},
+			{"no variable", start{}, 126, "126 command: AIRLOCK_GVISOR_ARGV is not set\n"},
+			{"unknown option", start{argv: []string{"true"}, opts: []string{"--tty"}}, 126, "126 airlock-pid1: unsupported option --tty\n"},
+			{"no status pipe", start{argv: []string{"true"}, noPipe: true}, 126, ""},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				r := runProgram(t, c.s)
+				if r.code != c.code || r.status != c.want {
+					t.Errorf("got %d %q, want %d %q", r.code, r.status, c.code, c.want)
+				}
+			})
+		}
+	})
+}
+
+// TestSeccomp: with --seccomp the command runs under the given filter
+// (mkdir denied with EPERM); without it, the same mkdir succeeds.
+func TestSeccomp(t *testing.T) {
+	ins := func(code uint16, jt, jf uint8, k uint32) []byte {
+		b := make([]byte, 8)
+		binary.NativeEndian.PutUint16(b, code)
+		b[2], b[3] = jt, jf
+		binary.NativeEndian.PutUint32(b[4:], k)
+		return b
+	}
+	const (
+		ldAbs = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		jeq   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		ret   = unix.BPF_RET | unix.BPF_K
+	)
+	filter := slices.Concat(
+		ins(ldAbs, 0, 0, 0), // seccomp_data.nr
+		ins(jeq, 2, 0, unix.SYS_MKDIR),
+		ins(jeq, 1, 0, unix.SYS_MKDIRAT),
+		ins(ret, 0, 0, unix.SECCOMP_RET_ALLOW),
+		ins(ret, 0, 0, unix.SECCOMP_RET_ERRNO|uint32(unix.EPERM)),
+	)
+	dir := t.TempDir()
+	path := []string{"PATH=/usr/bin:/bin"}
+	denied := filepath.Join(dir, "denied")
+	r := runProgram(t, start{argv: []string{"mkdir", denied}, env: path, filter: filter})
+	if r.code == 0 || r.status != "ok\n" {
+		t.Errorf("mkdir under the filter: want a failure after a start, got %d %q", r.code, r.status)
+	}
+	if _, err := os.Stat(denied); err == nil {
+		t.Errorf("mkdir under the filter made %s", denied)
+	}
+	allowed := filepath.Join(dir, "allowed")
+	if r := runProgram(t, start{argv: []string{"mkdir", allowed}, env: path}); r.code != 0 {
+		t.Errorf("mkdir without the filter: exit %d", r.code)
+	}
+	if _, err := os.Stat(allowed); err != nil {
+		t.Errorf("mkdir without the filter: %v", err)
+	}
+	bad := runProgram(t, start{argv: []string{"true"}, env: path, filter: []byte{1, 2, 3}})
+	if bad.code != 126 || !strings.HasPrefix(bad.status, "126 seccomp: ") {
+		t.Errorf("a filter that is no program: want 126 and a seccomp message, got %d %q", bad.code, bad.status)
+	}
+}
+
+// TestSignals: a forwarded signal reaches the command's process group; one
+// that is not forwarded (SIGALRM, SIGTSTP) neither ends nor stops the
+// program, and the command ends as the forwarded one made it.
+func TestSignals(t *testing.T) {
+	script := `trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done`
+	r := runProgram(t, start{argv: []string{"sh", "-c", script}, env: []string{"PATH=/usr/bin:/bin"},
+		signals: func(t *testing.T, p *os.Process, out *bufio.Reader) {
+			if line, err := out.ReadString('\n'); line != "ready\n" {
+				t.Fatalf("the command did not start: %q %v", line, err)
+			}
+			for _, s := range []syscall.Signal{syscall.SIGALRM, syscall.SIGTSTP} {
+				if err := p.Signal(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+			st, err := os.ReadFile("/proc/" + strconv.Itoa(p.Pid) + "/stat")
+			if err != nil {
+				t.Fatalf("the program ended on SIGALRM or SIGTSTP: %v", err)
+			}
+			if f := strings.Fields(string(st)); len(f) > 2 && f[2] == "T" {
+				t.Errorf("the program was stopped by SIGTSTP")
+			}
+			if err := p.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+		}})
+	if r.code != 42 {
+		t.Errorf("want the trap's exit 42 after SIGTERM, got %d", r.code)
+	}
+}
