@@ -4,7 +4,7 @@
 // starting the Go runtime. Inside gVisor every system call is a trip
 // through the Sentry, and the runtime's start (about 200 of them: threads,
 // signal handlers, memory) cost 15-19 ms of each one-shot sandbox; this
-// program makes about 15.
+// program makes about 15, and its child 5 before the exec.
 //
 // It is built with its own entry point (go build -ldflags=-E=main.start, see
 // the Makefile and internal/buildtest): a few lines of assembly point the
@@ -20,7 +20,7 @@
 // (AIRLOCK_GVISOR_SECCOMP: base64 of struct sock_filter), and drop both and
 // the build id from the command's environment; find the command in PATH as
 // the agent does; block every signal and read the ones the supervisor
-// forwards, and SIGCHLD, from a signalfd; fork the command into a session
+// forwards, and SIGCHLD, from a signalfd; vfork the command into a session
 // of its own under the filter; write "ok\n" on the status pipe (fd 3) once
 // the command has started, or "CODE message\n" (127 not found, 126 not
 // executable) and exit with CODE; pass each forwarded signal to the

@@ -54,14 +54,18 @@ var (
 		_      [6]byte
 		filter uintptr
 	}
-	mask     uint64
-	fds      [2]int32
-	childErr [2]uint64 // the failing step and its errno, from the child
-	status   int32
+	mask      uint64
+	emptyMask uint64
+	childErr  [2]uint64 // the child's failing step and its errno (shared memory: vfork)
+	status    int32
 )
 
 // sys is a raw system call (entry_amd64.s): r is -1 and errno set on failure.
 func sys(trap, a1, a2, a3, a4, a5, a6 uintptr) (r, errno uintptr)
+
+// vfork is clone(CLONE_VM|CLONE_VFORK) (entry_amd64.s): pid is 0 in the
+// child, which shares this memory until it executes the command or exits.
+func vfork() (pid, errno uintptr)
 
 // Steps of the child that can fail, in childErr[0].
 const (
@@ -442,12 +446,11 @@ func run(sp unsafe.Pointer) {
 		putErrno(e)
 		fail(126)
 	}
-	if _, e := sys(unix.SYS_PIPE2, uintptr(unsafe.Pointer(&fds[0])), unix.O_CLOEXEC, 0, 0, 0, 0); e != 0 {
-		put("pipe: ")
-		putErrno(e)
-		fail(126)
-	}
-	pid, e := sys(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+	// vfork, not fork: the child needs no copy of this address space,
+	// and under gVisor's systrap platform each address space is a host
+	// process of its own. This returns once the child has executed the
+	// command or ended; a step that failed is in childErr.
+	pid, e := vfork()
 	if e != 0 {
 		put("fork: ")
 		putErrno(e)
@@ -456,19 +459,10 @@ func run(sp unsafe.Pointer) {
 	if pid == 0 {
 		child(withSeccomp)
 	}
-	sys(unix.SYS_CLOSE, uintptr(fds[1]), 0, 0, 0, 0, 0)
-	for {
-		r, e := sys(unix.SYS_READ, uintptr(fds[0]), uintptr(unsafe.Pointer(&childErr)), unsafe.Sizeof(childErr), 0, 0, 0)
-		if e == uintptr(unix.EINTR) {
-			continue
-		}
-		if r == unsafe.Sizeof(childErr) {
-			sys(unix.SYS_WAIT4, pid, 0, 0, 0, 0, 0)
-			startFailure(name)
-		}
-		break
+	if childErr[0] != 0 {
+		sys(unix.SYS_WAIT4, pid, 0, 0, 0, 0, 0)
+		startFailure(name)
 	}
-	sys(unix.SYS_CLOSE, uintptr(fds[0]), 0, 0, 0, 0, 0)
 	sys(unix.SYS_WRITE, statusFD, uintptr(unsafe.Pointer(unsafe.StringData("ok\n"))), 3, 0, 0, 0)
 	sys(unix.SYS_CLOSE, statusFD, 0, 0, 0, 0, 0)
 	supervise(sfd, pid)
@@ -558,8 +552,8 @@ func copyC(p unsafe.Pointer, k, n uintptr) uintptr {
 
 // child becomes the command: a session of its own (signals go to its
 // group, as a terminal sends them), the policy's filter, the signal mask
-// the command expects (empty), then the exec. A failing step is reported
-// to the parent through the pipe, which the exec closes.
+// the command expects (empty), then the exec. It runs on the parent's
+// memory (vfork): it writes nothing but childErr, and never returns.
 //
 //go:nosplit
 func child(withSeccomp bool) {
@@ -573,8 +567,7 @@ func child(withSeccomp bool) {
 			childFail(stepSeccomp, e)
 		}
 	}
-	mask = 0
-	sys(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&mask)), 0, 8, 0, 0)
+	sys(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&emptyMask)), 0, 8, 0, 0)
 	_, e := sys(unix.SYS_EXECVE, uintptr(unsafe.Pointer(&pathBuf[0])), uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envp[0])), 0, 0, 0)
 	childFail(stepExec, e)
 }
@@ -582,8 +575,9 @@ func child(withSeccomp bool) {
 //go:nosplit
 func childFail(step, e uintptr) {
 	childErr[0], childErr[1] = uint64(step), uint64(e)
-	sys(unix.SYS_WRITE, uintptr(fds[1]), uintptr(unsafe.Pointer(&childErr)), unsafe.Sizeof(childErr), 0, 0, 0)
-	exit(127)
+	for {
+		sys(unix.SYS_EXIT, 127, 0, 0, 0, 0, 0) // this task only
+	}
 }
 
 // startFailure reports the child's failing step as airlock-init does
