@@ -1,5 +1,5 @@
 // Command airlock-pid1 is the PID 1 of a one-shot gVisor sandbox (`airlock
-// run --runtime gvisor` without a terminal or egress): it does what
+// run --runtime gvisor` without egress): it does what
 // airlock-init's one-shot mode does (gvisor.ExecMain with --init) without
 // starting the Go runtime. Inside gVisor every system call is a trip
 // through the Sentry, and the runtime's start (about 200 of them: threads,
@@ -21,7 +21,8 @@
 // the build id from the command's environment; find the command in PATH as
 // the agent does; block every signal and read the ones the supervisor
 // forwards, and SIGCHLD, from a signalfd; vfork the command into a session
-// of its own under the filter; write "ok\n" on the status pipe (fd 3) once
+// of its own (with a terminal: a process group in its foreground) under
+// the filter; write "ok\n" on the status pipe (fd 3) once
 // the command has started, or "CODE message\n" (127 not found, 126 not
 // executable) and exit with CODE; pass each forwarded signal to the
 // command's process group; reap orphans; exit with the command's status

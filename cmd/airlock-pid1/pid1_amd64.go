@@ -57,6 +57,7 @@ var (
 	mask      uint64
 	emptyMask uint64
 	childErr  [2]uint64 // the child's failing step and its errno (shared memory: vfork)
+	pgrp      int32     // the child's process group, for TIOCSPGRP
 	status    int32
 )
 
@@ -72,6 +73,7 @@ const (
 	stepNoNewPrivs = 1
 	stepSeccomp    = 2
 	stepExec       = 3
+	stepForeground = 4
 )
 
 //go:nosplit
@@ -235,6 +237,8 @@ func putErrno(e uintptr) {
 		put("function not implemented")
 	case uintptr(unix.EBADF):
 		put("bad file descriptor")
+	case uintptr(unix.ENOTTY):
+		put("inappropriate ioctl for device")
 	default:
 		put("errno ")
 		putUint(e)
@@ -346,16 +350,17 @@ func run(sp unsafe.Pointer) {
 		exit(120)
 	}
 
-	// The options: those of `airlock-init __gvisor-exec`, without a
-	// terminal or egress forwarders (the host starts airlock-init for
-	// those).
-	withSeccomp := false
+	// The options: those of `airlock-init __gvisor-exec`, without egress
+	// forwarders (the host starts airlock-init for those).
+	withSeccomp, tty := false, false
 	i := uintptr(2)
 	for ; i < argc && !equal(ptr(args, i), "--"); i++ {
 		a := ptr(args, i)
 		switch {
 		case equal(a, "--seccomp"):
 			withSeccomp = true
+		case equal(a, "--tty"):
+			tty = true
 		case equal(a, "--init"):
 		default:
 			put("airlock-pid1: unsupported option ")
@@ -457,7 +462,7 @@ func run(sp unsafe.Pointer) {
 		fail(126)
 	}
 	if pid == 0 {
-		child(withSeccomp)
+		child(withSeccomp, tty)
 	}
 	if childErr[0] != 0 {
 		sys(unix.SYS_WAIT4, pid, 0, 0, 0, 0, 0)
@@ -551,14 +556,27 @@ func copyC(p unsafe.Pointer, k, n uintptr) uintptr {
 }
 
 // child becomes the command: a session of its own (signals go to its
-// group, as a terminal sends them), the policy's filter, the signal mask
-// the command expects (empty), then the exec. It runs on the parent's
-// memory (vfork): it writes nothing but childErr, and never returns.
+// group, as a terminal sends them), or with a terminal (which runsc made
+// this session's, on fd 0) a process group of its own in the terminal's
+// foreground; then the policy's filter, the signal mask the command expects
+// (empty), and the exec. It runs on the parent's memory (vfork): it writes
+// nothing but childErr and pgrp, and never returns.
 //
 //go:nosplit
-func child(withSeccomp bool) {
+func child(withSeccomp, tty bool) {
 	sys(unix.SYS_CLOSE, statusFD, 0, 0, 0, 0, 0)
-	sys(unix.SYS_SETSID, 0, 0, 0, 0, 0, 0)
+	if tty {
+		// SIGTTOU, which tcsetpgrp from a background group raises, is
+		// blocked (the parent's mask) until the exec.
+		sys(unix.SYS_SETPGID, 0, 0, 0, 0, 0, 0)
+		pid, _ := sys(unix.SYS_GETPID, 0, 0, 0, 0, 0, 0)
+		pgrp = int32(pid)
+		if _, e := sys(unix.SYS_IOCTL, 0, unix.TIOCSPGRP, uintptr(unsafe.Pointer(&pgrp)), 0, 0, 0); e != 0 {
+			childFail(stepForeground, e)
+		}
+	} else {
+		sys(unix.SYS_SETSID, 0, 0, 0, 0, 0, 0)
+	}
 	if withSeccomp {
 		if _, e := sys(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); e != 0 {
 			childFail(stepNoNewPrivs, e)
@@ -596,6 +614,8 @@ func startFailure(name unsafe.Pointer) {
 		putErrno(e)
 		fail(126)
 	}
+	// The exec, or the terminal's foreground (an errno of the start, as
+	// Go's ForkExec returns it to airlock-init).
 	put("exec ")
 	putC(name)
 	code := uintptr(126)

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -325,7 +326,7 @@ func TestStart(t *testing.T) {
 			{"another build", start{argv: []string{"true"}, build: "other"}, 120, ""},
 			{"no command", start{argv: []string{}}, 126, "126 no command\n"},
 			{"no variable", start{}, 126, "126 command: AIRLOCK_GVISOR_ARGV is not set\n"},
-			{"unknown option", start{argv: []string{"true"}, opts: []string{"--tty"}}, 126, "126 airlock-pid1: unsupported option --tty\n"},
+			{"unknown option", start{argv: []string{"true"}, opts: []string{"--forward=127.0.0.1:3128=/x.sock"}}, 126, "126 airlock-pid1: unsupported option --forward=127.0.0.1:3128=/x.sock\n"},
 			{"no status pipe", start{argv: []string{"true"}, noPipe: true}, 126, ""},
 		} {
 			t.Run(c.name, func(t *testing.T) {
@@ -412,5 +413,77 @@ func TestSignals(t *testing.T) {
 		}})
 	if r.code != 42 {
 		t.Errorf("want the trap's exit 42 after SIGTERM, got %d", r.code)
+	}
+}
+
+// TestTerminal: with --tty the command is a process group of its own in
+// the terminal's foreground (as airlock-init's Foreground start makes it),
+// in the program's session; without it, a session of its own with no
+// terminal.
+func TestTerminal(t *testing.T) {
+	// The shell prints its pid, process group, session and the
+	// terminal's foreground group (/proc/PID/stat fields 1, 5, 6, 8).
+	script := `read -r pid comm state ppid pgrp session tty tpgid rest < /proc/$$/stat; echo "$pid $pgrp $session $tpgid"`
+	fields := func(t *testing.T, out string) (pid, pgrp, session, tpgid int) {
+		t.Helper()
+		for line := range strings.SplitSeq(out, "\n") {
+			if n, _ := fmt.Sscan(strings.TrimSpace(line), &pid, &pgrp, &session, &tpgid); n == 4 {
+				return
+			}
+		}
+		t.Fatalf("no stat line in %q", out)
+		return
+	}
+
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Skip("no pty:", err)
+	}
+	defer master.Close()
+	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slave, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, program(t), "__sandbox-init-gvisor-exec", "--tty", "--init", "--")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "AIRLOCK_INIT_BUILD=" + testBuild, "AIRLOCK_GVISOR_ARGV=" + encodeArgv([]string{"sh", "-c", script})}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	sr, sw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sr.Close()
+	cmd.ExtraFiles = []*os.File{sw}
+	// As runsc starts it: the session's leader, the terminal its own.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	sw.Close()
+	out, _ := io.ReadAll(master) // EIO once the terminal's last holder ends
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	status, _ := io.ReadAll(sr)
+	pid, pgrp, session, tpgid := fields(t, string(out))
+	if string(status) != "ok\n" || pgrp != pid || tpgid != pid || session != cmd.Process.Pid {
+		t.Errorf("with --tty: status %q, pid %d, group %d, session %d, foreground %d; want its own group in the foreground of session %d",
+			status, pid, pgrp, session, tpgid, cmd.Process.Pid)
+	}
+
+	// The control: without --tty, a session of its own, no terminal.
+	r := runProgram(t, start{argv: []string{"sh", "-c", script}, env: []string{"PATH=/usr/bin:/bin"}})
+	pid, pgrp, session, tpgid = fields(t, r.stdout)
+	if pgrp != pid || session != pid || tpgid != -1 {
+		t.Errorf("without --tty: pid %d, group %d, session %d, foreground %d; want a session of its own without a terminal", pid, pgrp, session, tpgid)
 	}
 }

@@ -652,11 +652,11 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (_ runtim
 		sb.ran = true
 		spec := *sb.spec
 		spec.Process = proc
-		if sb.pid1 != "" && !req.TTY && len(sb.listen) == 0 {
-			// Without a terminal or egress forwarders to serve, the
-			// command's PID 1 is airlock-pid1, which does the same
-			// without starting the Go runtime (15-19 ms of system
-			// calls through the Sentry): bound where the init would be.
+		if sb.pid1 != "" && len(sb.listen) == 0 {
+			// Without egress forwarders to serve, the command's PID 1
+			// is airlock-pid1, which does the same without starting
+			// the Go runtime (15-19 ms of system calls through the
+			// Sentry): bound where the init would be.
 			spec.Mounts = slices.Clone(spec.Mounts)
 			for i := range spec.Mounts {
 				if spec.Mounts[i].Destination == guestInit {
