@@ -491,7 +491,8 @@ func lookPath(name, path unsafe.Pointer) {
 	if path == nil {
 		path = unsafe.Pointer(unsafe.StringData(defaultPATH + "\x00"))
 	}
-	for start := uintptr(0); ; {
+	// An empty PATH names no directory (filepath.SplitList), not ".".
+	for start := uintptr(0); at(path, 0) != 0; {
 		end := start
 		for at(path, end) != 0 && at(path, end) != ':' {
 			end++

@@ -175,6 +175,7 @@ type start struct {
 	filter  []byte   // the seccomp program (struct sock_filter); nil: none
 	opts    []string // options before "--" (besides --init)
 	noPipe  bool     // no status pipe at fd 3
+	dir     string   // the working directory ("": the test's)
 	signals func(t *testing.T, p *os.Process, out *bufio.Reader)
 }
 
@@ -193,6 +194,7 @@ func runProgram(t *testing.T, s start) result {
 	args := append([]string{"__sandbox-init-gvisor-exec"}, s.opts...)
 	args = append(args, "--init", "--")
 	cmd := exec.CommandContext(ctx, program(t), args...)
+	cmd.Dir = s.dir
 	build := s.build
 	if build == "" {
 		build = testBuild
@@ -288,10 +290,16 @@ func TestStart(t *testing.T) {
 		code, msg := agent.StartFailure(name, env, path, "", err)
 		return strconv.Itoa(code) + " " + msg + "\n"
 	}
+	exe := filepath.Join(dir, "exe")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name, want string
 		argv, env  []string
 	}{
+		{"empty PATH: not the working directory", lookup("exe", []string{"PATH="}), []string{"exe"}, []string{"PATH="}},
+		{"empty entry: the working directory", "ok\n", []string{"exe"}, []string{"PATH=/nonexistent::"}},
 		{"not found", lookup("nosuch", path), []string{"nosuch"}, path},
 		{"not found, default PATH", lookup("nosuch", nil), []string{"nosuch"}, nil},
 		{"not executable in PATH", lookup("plain", []string{"PATH=/nonexistent:" + dir + "/"}), []string{"plain"}, []string{"PATH=/nonexistent:" + dir + "/"}},
@@ -302,7 +310,7 @@ func TestStart(t *testing.T) {
 		{"no permission", execFails(plain, plain, path, syscall.EACCES), []string{plain}, path},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := runProgram(t, start{argv: c.argv, env: c.env})
+			r := runProgram(t, start{argv: c.argv, env: c.env, dir: dir})
 			if r.status != c.want {
 				t.Errorf("status %q, want %q", r.status, c.want)
 			}
