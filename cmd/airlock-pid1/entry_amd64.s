@@ -48,14 +48,15 @@ ok:
 	MOVQ	$0, errno+64(FP)
 	RET
 
-// func vfork() (pid, errno uintptr)
+// func vfork() (r uintptr)
 //
-// clone(CLONE_VM|CLONE_VFORK|SIGCHLD): the child runs on this stack until it
-// executes the command or exits, while the parent waits in the kernel. Its
-// own calls write where this function's return address was, so the address
-// is kept in a register (each task has its own) and pushed back after the
-// system call, as the syscall package's vfork does.
-TEXT main·vfork(SB),NOSPLIT|NOFRAME,$0-16
+// clone(CLONE_VM|CLONE_VFORK|SIGCHLD), r as the kernel returns it (0 in the
+// child, -errno on failure): the child runs on this stack until it executes
+// the command or exits, while the parent waits in the kernel. Its own calls
+// write where this function's return address was, so the address is kept in
+// a register (each task has its own) and pushed back after the system call,
+// as the syscall package's vfork does.
+TEXT main·vfork(SB),NOSPLIT|NOFRAME,$0-8
 	POPQ	R12
 	MOVQ	$0x4111, DI // CLONE_VM|CLONE_VFORK|SIGCHLD
 	XORQ	SI, SI
@@ -65,13 +66,5 @@ TEXT main·vfork(SB),NOSPLIT|NOFRAME,$0-16
 	MOVQ	$56, AX // SYS_clone
 	SYSCALL
 	PUSHQ	R12
-	CMPQ	AX, $0xfffffffffffff001
-	JLS	vok
-	NEGQ	AX
-	MOVQ	$-1, pid+0(FP)
-	MOVQ	AX, errno+8(FP)
-	RET
-vok:
-	MOVQ	AX, pid+0(FP)
-	MOVQ	$0, errno+8(FP)
+	MOVQ	AX, r+0(FP)
 	RET

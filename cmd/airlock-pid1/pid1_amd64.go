@@ -35,8 +35,8 @@ const forwarded = 1<<(unix.SIGINT-1) | 1<<(unix.SIGTERM-1) | 1<<(unix.SIGHUP-1) 
 var (
 	tlsBlock [16]uint64 // the FS base points at its middle (entry_amd64.s)
 
-	// Sized for the largest command line a process can get (the kernel's
-	// and the Sentry's limit is a quarter of the stack limit: 2 MiB at
+	// Sized past the largest command line a process is given (arguments
+	// and environment together: a quarter of the stack limit, 2 MiB at
 	// the usual 8 MiB); only the pages used are ever mapped.
 	argBuf  [8 << 20]byte // the decoded command, NUL-terminated arguments
 	argv    [1 << 20]uintptr
@@ -64,9 +64,10 @@ var (
 // sys is a raw system call (entry_amd64.s): r is -1 and errno set on failure.
 func sys(trap, a1, a2, a3, a4, a5, a6 uintptr) (r, errno uintptr)
 
-// vfork is clone(CLONE_VM|CLONE_VFORK) (entry_amd64.s): pid is 0 in the
-// child, which shares this memory until it executes the command or exits.
-func vfork() (pid, errno uintptr)
+// vfork is clone(CLONE_VM|CLONE_VFORK) (entry_amd64.s) as the kernel
+// returns it: 0 in the child, which shares this memory until it executes
+// the command or exits, -errno on failure.
+func vfork() (r uintptr)
 
 // Steps of the child that can fail, in childErr[0].
 const (
@@ -191,7 +192,7 @@ func fail(code uintptr) {
 	exit(code)
 }
 
-// errnoText is Go's text for the errors an exec or the filter can meet
+// putErrno puts Go's text for the errors an exec or the filter can meet
 // (syscall.Errno.Error; TestErrnoText compares them), "errno N" otherwise.
 //
 //go:nosplit
@@ -338,7 +339,9 @@ func run(sp unsafe.Pointer) {
 		envp[nenv%uintptr(len(envp))] = uintptr(e)
 		nenv++
 	}
-	if initbin.BuildID != "" && (build == nil || !equal(build, initbin.BuildID)) {
+	// As airlock-init: the variable must be exactly this build's id (an
+	// unset one matches only a build without one).
+	if (build == nil && initbin.BuildID != "") || (build != nil && !equal(build, initbin.BuildID)) {
 		put("airlock-pid1: built as \"")
 		put(initbin.BuildID)
 		put("\", started by airlock \"")
@@ -455,10 +458,10 @@ func run(sp unsafe.Pointer) {
 	// and under gVisor's systrap platform each address space is a host
 	// process of its own. This returns once the child has executed the
 	// command or ended; a step that failed is in childErr.
-	pid, e := vfork()
-	if e != 0 {
+	pid := vfork()
+	if pid > ^uintptr(4095) { // -4095..-1: an errno
 		put("fork: ")
-		putErrno(e)
+		putErrno(-pid)
 		fail(126)
 	}
 	if pid == 0 {

@@ -26,11 +26,12 @@ import (
 	"github.com/airlock-dev/airlock/internal/agent"
 	"github.com/airlock-dev/airlock/internal/buildtest"
 	"github.com/airlock-dev/airlock/internal/runtime"
+	"github.com/airlock-dev/airlock/internal/runtime/gvisor"
 )
 
 const testBuild = "t35t"
 
-var built string
+var built, buildDir string
 
 // program builds the program once per test binary, as `make build` does.
 func program(t *testing.T) string {
@@ -41,7 +42,12 @@ func program(t *testing.T) string {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("needs the go command to build the program:", err)
 	}
-	out := filepath.Join(os.TempDir(), "airlock-pid1-test-"+testBuild)
+	dir, err := os.MkdirTemp("", "airlock-pid1-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buildDir = dir
+	out := filepath.Join(dir, "airlock-pid1")
 	if _, err := buildtest.Pid1(out, testBuild); err != nil {
 		t.Fatal(err)
 	}
@@ -51,8 +57,8 @@ func program(t *testing.T) string {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if built != "" {
-		os.Remove(built)
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
 	}
 	os.Exit(code)
 }
@@ -179,14 +185,6 @@ type start struct {
 	signals func(t *testing.T, p *os.Process, out *bufio.Reader)
 }
 
-func encodeArgv(argv []string) string {
-	var b []byte
-	for _, a := range argv {
-		b = append(append(b, a...), 0)
-	}
-	return base64.StdEncoding.EncodeToString(b)
-}
-
 func runProgram(t *testing.T, s start) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -201,7 +199,7 @@ func runProgram(t *testing.T, s start) result {
 	}
 	cmd.Env = append(slices.Clone(s.env), "AIRLOCK_INIT_BUILD="+build)
 	if s.argv != nil {
-		cmd.Env = append(cmd.Env, "AIRLOCK_GVISOR_ARGV="+encodeArgv(s.argv))
+		cmd.Env = append(cmd.Env, "AIRLOCK_GVISOR_ARGV="+gvisor.EncodeArgv(s.argv))
 	}
 	if s.filter != nil {
 		cmd.Env = append(cmd.Env, "AIRLOCK_GVISOR_SECCOMP="+base64.StdEncoding.EncodeToString(s.filter))
@@ -462,7 +460,7 @@ func TestTerminal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, program(t), "__sandbox-init-gvisor-exec", "--tty", "--init", "--")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "AIRLOCK_INIT_BUILD=" + testBuild, "AIRLOCK_GVISOR_ARGV=" + encodeArgv([]string{"sh", "-c", script})}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "AIRLOCK_INIT_BUILD=" + testBuild, "AIRLOCK_GVISOR_ARGV=" + gvisor.EncodeArgv([]string{"sh", "-c", script})}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	sr, sw, err := os.Pipe()
 	if err != nil {

@@ -40,7 +40,7 @@ func TestFilterEncoding(t *testing.T) {
 // refused.
 func TestArgvEncoding(t *testing.T) {
 	for _, argv := range [][]string{{"true"}, {"sh", "-c", "echo a  b\n", "", "x"}, {""}, nil} {
-		got, err := decodeArgv(encodeArgv(argv))
+		got, err := decodeArgv(EncodeArgv(argv))
 		if err != nil || !slices.Equal(got, argv) {
 			t.Errorf("%q: got %q, %v", argv, got, err)
 		}

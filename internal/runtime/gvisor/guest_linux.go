@@ -326,10 +326,10 @@ func splice(a, b net.Conn) {
 	<-done
 }
 
-// encodeArgv is how a one-shot sandbox's command travels in argvEnv: the
+// EncodeArgv is how a one-shot sandbox's command travels in argvEnv: the
 // base64 of each argument followed by a NUL, which airlock-pid1 decodes
 // without the Go runtime.
-func encodeArgv(argv []string) string {
+func EncodeArgv(argv []string) string {
 	var b []byte
 	for _, a := range argv {
 		b = append(append(b, a...), 0)
@@ -337,7 +337,7 @@ func encodeArgv(argv []string) string {
 	return base64.StdEncoding.EncodeToString(b)
 }
 
-// decodeArgv reverses encodeArgv.
+// decodeArgv reverses EncodeArgv.
 func decodeArgv(v string) ([]string, error) {
 	raw, err := base64.StdEncoding.DecodeString(v)
 	if err != nil {

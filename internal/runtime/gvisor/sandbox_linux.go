@@ -591,7 +591,7 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (_ runtim
 	if sb.oneShot {
 		args = append(args, forwardArgs(&runtime.Spec{Listen: sb.listen})...)
 		args = append(args, "--init", "--")
-		env = append(env, argvEnv+"="+encodeArgv(req.Argv))
+		env = append(env, argvEnv+"="+EncodeArgv(req.Argv))
 		if sb.seccomp {
 			env = append(env, seccompEnv+"="+base64.StdEncoding.EncodeToString(sb.filter))
 		}
