@@ -34,7 +34,7 @@ func main() {
 	// The runtime's other threads too, where the host's ps sees them; in
 	// a gVisor sandbox only its own ps would, and each of those writes is
 	// a round trip through the Sentry's /proc on the command's start path.
-	gvisorMode := len(os.Args) > 1 && (os.Args[1] == gvisor.InitArg || os.Args[1] == gvisor.ExecArg)
+	gvisorMode := len(os.Args) > 1 && (os.Args[1] == gvisor.InitArg || os.Args[1] == gvisor.ExecArg || os.Args[1] == gvisor.RelayArg)
 	if !gvisorMode {
 		if tasks, err := os.ReadDir("/proc/self/task"); err == nil {
 			for _, t := range tasks {
@@ -61,6 +61,9 @@ func main() {
 			return
 		case gvisor.ExecArg:
 			gvisor.ExecMain()
+			return
+		case gvisor.RelayArg:
+			gvisor.RelayMain()
 			return
 		}
 	}

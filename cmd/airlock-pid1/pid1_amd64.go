@@ -22,6 +22,8 @@ const (
 	buildEnv    = initbin.BuildEnv + "="
 	statusFD    = 3
 	defaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	relayArg    = "__sandbox-init-gvisor-relay" // gvisor.RelayArg
+	maxForwards = 16
 	maxFilter   = 4096         // BPF_MAXINSNS
 	atFDCWD     = ^uintptr(99) // AT_FDCWD, -100
 )
@@ -59,6 +61,18 @@ var (
 	childErr  [2]uint64 // the child's failing step and its errno (shared memory: vfork)
 	pgrp      int32     // the child's process group, for TIOCSPGRP
 	status    int32
+
+	// The egress forwards (--forward=ADDR=SOCKET): the listening sockets
+	// and the relay's argv and environment.
+	nfwd      uintptr
+	fwdArg    [maxForwards]uintptr // the options' indexes in argv
+	relayOpt  uintptr              // the --relay option's index in argv (0: none)
+	listeners [maxForwards]uintptr
+	relayArgv [maxForwards + 3]uintptr
+	relayEnv  [2]uintptr
+	sockAddr  unix.RawSockaddrInet4
+	sockAddr6 unix.RawSockaddrInet6
+	one       int32 = 1
 )
 
 // sys is a raw system call (entry_amd64.s): r is -1 and errno set on failure.
@@ -75,6 +89,7 @@ const (
 	stepSeccomp    = 2
 	stepExec       = 3
 	stepForeground = 4
+	stepRelay      = 5
 )
 
 //go:nosplit
@@ -322,6 +337,7 @@ func run(sp unsafe.Pointer) {
 		switch {
 		case hasPrefix(e, buildEnv):
 			build = unsafe.Add(e, len(buildEnv))
+			relayEnv[0] = uintptr(e)
 			continue
 		case hasPrefix(e, argvEnv):
 			cmd = unsafe.Add(e, len(argvEnv))
@@ -365,6 +381,15 @@ func run(sp unsafe.Pointer) {
 		case equal(a, "--tty"):
 			tty = true
 		case equal(a, "--init"):
+		case hasPrefix(a, "--relay="):
+			relayOpt = i
+		case hasPrefix(a, "--forward="):
+			if nfwd == maxForwards {
+				put("airlock-pid1: more than 16 --forward options")
+				fail(126)
+			}
+			fwdArg[nfwd%maxForwards] = i
+			nfwd++
 		default:
 			put("airlock-pid1: unsupported option ")
 			putC(a)
@@ -454,6 +479,14 @@ func run(sp unsafe.Pointer) {
 		putErrno(e)
 		fail(126)
 	}
+	if nfwd > 0 {
+		if relayOpt == 0 {
+			put("airlock-pid1: --forward without --relay")
+			fail(126)
+		}
+		startRelay(args)
+	}
+
 	// vfork, not fork: the child needs no copy of this address space,
 	// and under gVisor's systrap platform each address space is a host
 	// process of its own. This returns once the child has executed the
@@ -680,4 +713,217 @@ func supervise(sfd, pid uintptr) {
 			}
 		}
 	}
+}
+
+// startRelay listens on each forward's address, then starts the relay
+// program (--relay: airlock-init, gvisor.RelayMain) for their connections,
+// with the listening sockets as its fds 3, 4, ...: the addresses accept
+// connections from now on, before the command starts, while the relay's
+// Go runtime starts beside the command. args is the program's argv, where
+// fwdArg indexes the "--forward=ADDR=SOCKET" options. The relay has a
+// session of its own, so the signals forwarded to the command's group do
+// not reach it.
+//
+//go:nosplit
+func startRelay(args unsafe.Pointer) {
+	relay := unsafe.Add(ptr(args, relayOpt), len("--relay="))
+	relayArgv[0] = uintptr(relay)
+	relayArgv[1] = uintptr(unsafe.Pointer(unsafe.StringData(relayArg + "\x00")))
+	for i := uintptr(0); i < nfwd; i++ {
+		spec := unsafe.Add(ptr(args, fwdArg[i%maxForwards]), len("--forward="))
+		eq := uintptr(0)
+		for at(spec, eq) != 0 && at(spec, eq) != '=' {
+			eq++
+		}
+		if at(spec, eq) != '=' {
+			put("forward ")
+			putC(spec)
+			put(": want ADDR=SOCKET")
+			fail(126)
+		}
+		listeners[i%maxForwards] = listen(spec, eq)
+		relayArgv[(2+i)%uintptr(len(relayArgv))] = uintptr(unsafe.Add(spec, eq+1))
+	}
+	pid := vfork()
+	if pid > ^uintptr(4095) {
+		put("egress relay: fork: ")
+		putErrno(-pid)
+		fail(126)
+	}
+	if pid == 0 {
+		sys(unix.SYS_SETSID, 0, 0, 0, 0, 0, 0)
+		// The listening sockets, made after fds 0-3 and the signalfd,
+		// have numbers above their targets, taken in increasing order.
+		for i := uintptr(0); i < nfwd; i++ {
+			if _, e := sys(unix.SYS_DUP3, listeners[i%maxForwards], 3+i, 0, 0, 0, 0); e != 0 {
+				childFail(stepRelay, e)
+			}
+		}
+		sys(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&emptyMask)), 0, 8, 0, 0)
+		_, e := sys(unix.SYS_EXECVE, relayArgv[0], uintptr(unsafe.Pointer(&relayArgv[0])), uintptr(unsafe.Pointer(&relayEnv[0])), 0, 0, 0)
+		childFail(stepRelay, e)
+	}
+	if childErr[0] != 0 {
+		put("egress relay: start ")
+		putC(relay)
+		put(": ")
+		putErrno(uintptr(childErr[1]))
+		fail(126)
+	}
+	for i := uintptr(0); i < nfwd; i++ {
+		sys(unix.SYS_CLOSE, listeners[i%maxForwards], 0, 0, 0, 0, 0)
+	}
+}
+
+// listen makes a listening TCP socket on the address spec[:n], "IP:PORT"
+// or "[IPv6]:PORT", or fails the start as airlock-init's forwarders do.
+//
+//go:nosplit
+func listen(spec unsafe.Pointer, n uintptr) uintptr {
+	colon := n
+	for colon > 0 && at(spec, colon-1) != ':' {
+		colon--
+	}
+	port, ok := parseUint(spec, colon, n, 65535)
+	if colon < 2 || !ok {
+		return listenFail(spec, n, 0)
+	}
+	host, hostEnd := uintptr(0), colon-1
+	var sa unsafe.Pointer
+	var salen, family uintptr
+	if at(spec, 0) == '[' && at(spec, hostEnd-1) == ']' {
+		if !parseIPv6(spec, 1, hostEnd-1, &sockAddr6.Addr) {
+			return listenFail(spec, n, 0)
+		}
+		sockAddr6.Family = unix.AF_INET6
+		sockAddr6.Port = uint16(port>>8 | port<<8&0xff00)
+		sa, salen, family = unsafe.Pointer(&sockAddr6), unsafe.Sizeof(sockAddr6), unix.AF_INET6
+	} else {
+		for k := 0; k < 4; k++ {
+			end := host
+			for end < hostEnd && at(spec, end) != '.' {
+				end++
+			}
+			v, ok := parseUint(spec, host, end, 255)
+			if !ok || (k < 3) != (end < hostEnd) {
+				return listenFail(spec, n, 0)
+			}
+			sockAddr.Addr[k%4] = byte(v)
+			host = end + 1
+		}
+		sockAddr.Family = unix.AF_INET
+		sockAddr.Port = uint16(port>>8 | port<<8&0xff00)
+		sa, salen, family = unsafe.Pointer(&sockAddr), unsafe.Sizeof(sockAddr), unix.AF_INET
+	}
+	fd, e := sys(unix.SYS_SOCKET, family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0, 0, 0, 0)
+	if e != 0 {
+		return listenFail(spec, n, e)
+	}
+	sys(unix.SYS_SETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, uintptr(unsafe.Pointer(&one)), 4, 0)
+	if _, e = sys(unix.SYS_BIND, fd, uintptr(sa), salen, 0, 0, 0); e == 0 {
+		_, e = sys(unix.SYS_LISTEN, fd, 4096, 0, 0, 0, 0)
+	}
+	if e != 0 {
+		return listenFail(spec, n, e)
+	}
+	return fd
+}
+
+//go:nosplit
+func listenFail(spec unsafe.Pointer, n, e uintptr) uintptr {
+	put("listen on ")
+	for i := uintptr(0); i < n; i++ {
+		putByte(at(spec, i))
+	}
+	put(" inside the sandbox: ")
+	if e == 0 {
+		put("not an IP:PORT address")
+	} else {
+		putErrno(e)
+	}
+	fail(126)
+	return 0
+}
+
+// parseUint parses the decimal p[from:to] up to max.
+//
+//go:nosplit
+func parseUint(p unsafe.Pointer, from, to, max uintptr) (uintptr, bool) {
+	if from >= to || to-from > 5 {
+		return 0, false
+	}
+	v := uintptr(0)
+	for i := from; i < to; i++ {
+		c := at(p, i)
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uintptr(c-'0')
+	}
+	return v, v <= max
+}
+
+// parseIPv6 parses the IPv6 address p[from:to] ("::1", "fd00::2") into a.
+//
+//go:nosplit
+func parseIPv6(p unsafe.Pointer, from, to uintptr, a *[16]byte) bool {
+	var groups [8]uint16
+	ng, gap := uintptr(0), ^uintptr(0)
+	i := from
+	if to-from >= 2 && at(p, i) == ':' && at(p, i+1) == ':' {
+		gap, i = 0, i+2
+	}
+	for i < to {
+		v, digits := uintptr(0), uintptr(0)
+		for i < to && at(p, i) != ':' {
+			c := at(p, i)
+			switch {
+			case c >= '0' && c <= '9':
+				v = v<<4 | uintptr(c-'0')
+			case c >= 'a' && c <= 'f':
+				v = v<<4 | uintptr(c-'a'+10)
+			case c >= 'A' && c <= 'F':
+				v = v<<4 | uintptr(c-'A'+10)
+			default:
+				return false
+			}
+			digits++
+			i++
+		}
+		if digits == 0 || digits > 4 || ng == 8 {
+			return false
+		}
+		groups[ng%8] = uint16(v)
+		ng++
+		if i < to {
+			i++ // the ':'
+			if i < to && at(p, i) == ':' {
+				if gap != ^uintptr(0) {
+					return false
+				}
+				gap, i = ng, i+1
+			} else if i == to {
+				return false
+			}
+		}
+	}
+	if (gap == ^uintptr(0) && ng != 8) || (gap != ^uintptr(0) && ng > 7) {
+		return false
+	}
+	// Groups after the gap move to the end.
+	var out [8]uint16
+	if gap == ^uintptr(0) {
+		gap = ng
+	}
+	for k := uintptr(0); k < gap && k < 8; k++ {
+		out[k%8] = groups[k%8]
+	}
+	for k := gap; k < ng; k++ {
+		out[(8-(ng-k))%8] = groups[k%8]
+	}
+	for k := 0; k < 8; k++ {
+		a[(2*k)%16] = byte(out[k] >> 8)
+		a[(2*k+1)%16] = byte(out[k])
+	}
+	return true
 }

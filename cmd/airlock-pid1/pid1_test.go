@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -332,7 +333,10 @@ func TestStart(t *testing.T) {
 			{"another build", start{argv: []string{"true"}, build: "other"}, 120, ""},
 			{"no command", start{argv: []string{}}, 126, "126 no command\n"},
 			{"no variable", start{}, 126, "126 command: AIRLOCK_GVISOR_ARGV is not set\n"},
-			{"unknown option", start{argv: []string{"true"}, opts: []string{"--forward=127.0.0.1:3128=/x.sock"}}, 126, "126 airlock-pid1: unsupported option --forward=127.0.0.1:3128=/x.sock\n"},
+			{"unknown option", start{argv: []string{"true"}, opts: []string{"--bogus"}}, 126, "126 airlock-pid1: unsupported option --bogus\n"},
+			{"forward without relay", start{argv: []string{"true"}, opts: []string{"--forward=127.0.0.1:3128=/x.sock"}}, 126, "126 airlock-pid1: --forward without --relay\n"},
+			{"forward to no address", start{argv: []string{"true"}, opts: []string{"--relay=/nonexistent", "--forward=127.0.0.1=/x.sock"}}, 126, "126 listen on 127.0.0.1 inside the sandbox: not an IP:PORT address\n"},
+			{"relay missing", start{argv: []string{"true"}, opts: []string{"--relay=/nonexistent", "--forward=127.0.0.1:0=/x.sock"}}, 126, "126 egress relay: start /nonexistent: no such file or directory\n"},
 			{"no status pipe", start{argv: []string{"true"}, noPipe: true}, 126, ""},
 		} {
 			t.Run(c.name, func(t *testing.T) {
@@ -491,5 +495,132 @@ func TestTerminal(t *testing.T) {
 	pid, pgrp, session, tpgid = fields(t, r.stdout)
 	if pgrp != pid || session != pid || tpgid != -1 {
 		t.Errorf("without --tty: pid %d, group %d, session %d, foreground %d; want a session of its own without a terminal", pid, pgrp, session, tpgid)
+	}
+}
+
+// relayScript stands in for airlock-init's relay (gvisor.RelayMain, which
+// the gVisor conformance table runs): it checks its arguments, writes its
+// pid and session, and relays each connection of the listening socket at
+// fd 3+i to the unix socket argv[2+i].
+const relayScript = `#!/usr/bin/python3
+import os, socket, sys, threading
+assert sys.argv[1] == "__sandbox-init-gvisor-relay", sys.argv
+with open(os.environ["RELAY_PID"] if "RELAY_PID" in os.environ else sys.argv[0] + ".pid", "w") as f:
+    f.write("%d %d\n" % (os.getpid(), os.getsid(0)))
+def pump(a, b):
+    try:
+        while True:
+            d = a.recv(65536)
+            if not d:
+                break
+            b.sendall(d)
+        b.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+def serve(fd, path):
+    l = socket.socket(fileno=fd)
+    while True:
+        c, _ = l.accept()
+        u = socket.socket(socket.AF_UNIX)
+        u.connect(path)
+        threading.Thread(target=pump, args=(c, u), daemon=True).start()
+        threading.Thread(target=pump, args=(u, c), daemon=True).start()
+ts = [threading.Thread(target=serve, args=(3 + i, p)) for i, p in enumerate(sys.argv[2:])]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+`
+
+// TestForward: with --forward=ADDR=SOCKET the program listens on ADDR
+// before the command starts and hands the listening socket to the relay
+// (--relay), in a session of its own: the command reaches a unix echo
+// server through 127.0.0.1 and ::1. The control: a port nobody forwards
+// is refused.
+func TestForward(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("the stand-in relay needs python3:", err)
+	}
+	dir := t.TempDir()
+	relay := filepath.Join(dir, "relay")
+	if err := os.WriteFile(relay, []byte(relayScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	echo := filepath.Join(dir, "echo.sock")
+	l, err := net.Listen("unix", echo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	free := func(network, addr string) string {
+		l, err := net.Listen(network, addr)
+		if err != nil {
+			return ""
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}
+	addrs := []string{free("tcp4", "127.0.0.1:0")}
+	if a := free("tcp6", "[::1]:0"); a != "" {
+		addrs = append(addrs, a)
+	}
+	unused := free("tcp4", "127.0.0.1:0")
+	opts := []string{"--relay=" + relay}
+	client := "import socket, sys\nfor a in sys.argv[1:]:\n    h, p = a.rsplit(':', 1)\n    try:\n        s = socket.create_connection((h.strip('[]'), int(p)), timeout=10)\n        s.sendall(b'ping ' + a.encode())\n        s.shutdown(socket.SHUT_WR)\n        print(s.recv(100).decode())\n    except OSError as e:\n        print(a, 'refused' if isinstance(e, ConnectionRefusedError) else e)\n"
+	for _, a := range addrs {
+		opts = append(opts, "--forward="+a+"="+echo)
+	}
+	out, err := os.Create(filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	args := append(append([]string{"__sandbox-init-gvisor-exec"}, opts...), "--init", "--")
+	cmd := exec.CommandContext(ctx, program(t), args...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "AIRLOCK_INIT_BUILD=" + testBuild,
+		"AIRLOCK_GVISOR_ARGV=" + gvisor.EncodeArgv(append([]string{"python3", "-c", client}, append(addrs, unused)...))}
+	cmd.Stdout, cmd.Stderr = out, out // the relay keeps them: no pipes to wait on
+	sr, sw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sr.Close()
+	cmd.ExtraFiles = []*os.File{sw}
+	err = cmd.Run()
+	sw.Close()
+	// The relay outlives the program here (in a sandbox it ends with it).
+	pidSid, _ := os.ReadFile(relay + ".pid")
+	var rpid, rsid int
+	fmt.Sscan(string(pidSid), &rpid, &rsid)
+	if rpid > 0 {
+		syscall.Kill(rpid, syscall.SIGKILL)
+	}
+	got, _ := os.ReadFile(out.Name())
+	status, _ := io.ReadAll(sr)
+	if err != nil || string(status) != "ok\n" {
+		t.Fatalf("run: %v, status %q\n%s", err, status, got)
+	}
+	var want strings.Builder
+	for _, a := range addrs {
+		want.WriteString("ping " + a + "\n")
+	}
+	want.WriteString(unused + " refused\n")
+	t.Logf("through the forwards:\n%s", got)
+	if string(got) != want.String() {
+		t.Errorf("through the forwards:\n%s\nwant:\n%s", got, want.String())
+	}
+	if rpid == 0 || rsid != rpid {
+		t.Errorf("the relay (pid %d) is not the leader of a session of its own (session %d)", rpid, rsid)
 	}
 }

@@ -31,6 +31,7 @@ import (
 const (
 	guestDir     = "/.airlock"
 	guestInit    = guestDir + "/init"
+	guestRelay   = guestDir + "/relay"
 	guestSeccomp = guestDir + "/seccomp.bpf"
 	guestEgress  = guestDir + "/egress"
 	statusFD     = 3
@@ -286,17 +287,44 @@ func startForwarders(specs []string) error {
 		if err != nil {
 			return fmt.Errorf("listen on %s inside the sandbox: %w", addr, err)
 		}
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go relay(c, sock)
-			}
-		}()
+		go serveForward(l, sock)
 	}
 	return nil
+}
+
+// serveForward relays each connection l accepts to the unix socket sock.
+func serveForward(l net.Listener, sock string) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go relay(c, sock)
+	}
+}
+
+// RelayMain runs as `init __gvisor-relay SOCKET...` started by
+// airlock-pid1, which listens on the egress addresses itself and passes
+// the listening sockets as fds 3, 4, ... in SOCKET's order: it relays
+// their connections as the forwarders of InitMain and ExecMain do. Its Go
+// runtime starts while the command does (a connection made meanwhile
+// waits in the listen backlog), not before it.
+func RelayMain() {
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	socks := os.Args[2:]
+	if len(socks) == 0 {
+		fmt.Fprintln(os.Stderr, "airlock relay: no sockets")
+		os.Exit(2)
+	}
+	for i, sock := range socks {
+		l, err := net.FileListener(os.NewFile(uintptr(3+i), "egress"))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock relay: fd %d: %v\n", 3+i, err)
+			os.Exit(1)
+		}
+		go serveForward(l, sock)
+	}
+	select {}
 }
 
 func relay(c net.Conn, sock string) {

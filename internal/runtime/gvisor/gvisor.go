@@ -37,8 +37,9 @@ const InstallCommand = "scripts/install-runsc (or: CGO_ENABLED=0 GOBIN=" + "/var
 
 // Arguments of the init program inside a gVisor sandbox.
 const (
-	InitArg = "__sandbox-init-gvisor"
-	ExecArg = "__sandbox-init-gvisor-exec"
+	InitArg  = "__sandbox-init-gvisor"
+	ExecArg  = "__sandbox-init-gvisor-exec"
+	RelayArg = "__sandbox-init-gvisor-relay"
 )
 
 // ErrUnsupported wraps errors for policy features the gvisor backend

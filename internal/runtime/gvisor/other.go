@@ -25,6 +25,7 @@ func (r *Runtime) Create(ctx context.Context, spec *runtime.Spec) (runtime.Sandb
 	return nil, errors.New("the gvisor runtime needs Linux")
 }
 
-// InitMain and ExecMain exist on Linux only.
-func InitMain() { panic("gvisor: Linux only") }
-func ExecMain() { panic("gvisor: Linux only") }
+// InitMain, ExecMain and RelayMain exist on Linux only.
+func InitMain()  { panic("gvisor: Linux only") }
+func ExecMain()  { panic("gvisor: Linux only") }
+func RelayMain() { panic("gvisor: Linux only") }

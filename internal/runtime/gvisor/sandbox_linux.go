@@ -588,8 +588,17 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (_ runtim
 		args = append(args, "--tty")
 	}
 	env := append([]string(nil), req.Env...)
+	// A one-shot sandbox's PID 1 is airlock-pid1 when this build embeds
+	// it: it does what airlock-init does without starting the Go runtime
+	// (15-19 ms of system calls through the Sentry), and starts
+	// airlock-init as the relay of the egress forwards beside the
+	// command, not before it.
+	pid1 := sb.oneShot && sb.pid1 != ""
 	if sb.oneShot {
 		args = append(args, forwardArgs(&runtime.Spec{Listen: sb.listen})...)
+		if pid1 && len(sb.listen) > 0 {
+			args = append(args, "--relay="+guestRelay)
+		}
 		args = append(args, "--init", "--")
 		env = append(env, argvEnv+"="+EncodeArgv(req.Argv))
 		if sb.seccomp {
@@ -652,16 +661,21 @@ func (sb *sandbox) Exec(ctx context.Context, req *runtime.ExecRequest) (_ runtim
 		sb.ran = true
 		spec := *sb.spec
 		spec.Process = proc
-		if sb.pid1 != "" && len(sb.listen) == 0 {
-			// Without egress forwarders to serve, the command's PID 1
-			// is airlock-pid1, which does the same without starting
-			// the Go runtime (15-19 ms of system calls through the
-			// Sentry): bound where the init would be.
+		if pid1 {
+			// airlock-pid1 where the init would be, and the init (for
+			// the relay) beside it.
 			spec.Mounts = slices.Clone(spec.Mounts)
 			for i := range spec.Mounts {
-				if spec.Mounts[i].Destination == guestInit {
-					spec.Mounts[i].Source = sb.pid1
+				if spec.Mounts[i].Destination != guestInit {
+					continue
 				}
+				if len(sb.listen) > 0 {
+					relay := spec.Mounts[i]
+					relay.Destination = guestRelay
+					spec.Mounts = append(spec.Mounts, relay)
+				}
+				spec.Mounts[i].Source = sb.pid1
+				break
 			}
 		}
 		raw, err := json.Marshal(&spec)
