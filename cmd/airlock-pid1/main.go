@@ -1,5 +1,5 @@
 // Command airlock-pid1 is the PID 1 of a one-shot gVisor sandbox (`airlock
-// run --runtime gvisor` without egress): it does what
+// run --runtime gvisor`): it does what
 // airlock-init's one-shot mode does (gvisor.ExecMain with --init) without
 // starting the Go runtime. Inside gVisor every system call is a trip
 // through the Sentry, and the runtime's start (about 200 of them: threads,
@@ -20,14 +20,16 @@
 // (AIRLOCK_GVISOR_SECCOMP: base64 of struct sock_filter), and drop both and
 // the build id from the command's environment; find the command in PATH as
 // the agent does; block every signal and read the ones the supervisor
-// forwards, and SIGCHLD, from a signalfd; vfork the command into a session
-// of its own (with a terminal: a process group in its foreground) under
-// the filter; write "ok\n" on the status pipe (fd 3) once
+// forwards, and SIGCHLD, from a signalfd; with egress forwards
+// (--forward=ADDR=SOCKET), listen on each ADDR and start the relay
+// (--relay, airlock-init) with the listening sockets; vfork the command into
+// a session of its own (with a terminal: a process group in its foreground)
+// under the filter; write "ok\n" on the status pipe (fd 3) once
 // the command has started, or "CODE message\n" (127 not found, 126 not
 // executable) and exit with CODE; pass each forwarded signal to the
 // command's process group; reap orphans; exit with the command's status
 // (128+N for signal N). The messages and codes are airlock-init's
-// (TestMessages compares them).
+// (TestStart compares them).
 //
 // Only linux/amd64 has the entry; elsewhere `make build` embeds an empty
 // file and the gVisor runtime starts airlock-init instead.
