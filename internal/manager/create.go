@@ -336,7 +336,6 @@ func (m *Manager) assign(ctx context.Context, sb *Sandbox, req *api.CreateSandbo
 	r.Labels, r.Image, r.Policy, r.Spec, r.Pool = req.Labels, rec.Image, rec.PolicyName, rec.marshal(), ""
 	r.Tenant, _ = TenantOf(ctx)
 	r.CreatedAt, r.LastActivity, r.ExpiresAt, r.Deadline, r.IdleTimeout = now, now, &exp, &deadline, idle
-	r.Tenant, _ = TenantOf(ctx)
 	rt := sb.rt
 	sb.mu.Unlock()
 	if rt == nil {
