@@ -80,7 +80,10 @@ func sys(trap, a1, a2, a3, a4, a5, a6 uintptr) (r, errno uintptr)
 
 // vfork is clone(CLONE_VM|CLONE_VFORK) (entry_amd64.s) as the kernel
 // returns it: 0 in the child, which shares this memory until it executes
-// the command or exits, -errno on failure.
+// the command or exits, -errno on failure. The child runs on the caller's
+// stack, so the caller's child branch must only call a function that never
+// returns (child, relayChild): code of its own there could spill into the
+// caller's frame, over a value the parent reads once it resumes.
 func vfork() (r uintptr)
 
 // Steps of the child that can fail, in childErr[0].
@@ -622,9 +625,7 @@ func child(withSeccomp, tty bool) {
 			childFail(stepSeccomp, e)
 		}
 	}
-	sys(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&emptyMask)), 0, 8, 0, 0)
-	_, e := sys(unix.SYS_EXECVE, uintptr(unsafe.Pointer(&pathBuf[0])), uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envp[0])), 0, 0, 0)
-	childFail(stepExec, e)
+	execOrFail(stepExec, uintptr(unsafe.Pointer(&pathBuf[0])), uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envp[0])))
 }
 
 //go:nosplit
@@ -751,17 +752,7 @@ func startRelay(args unsafe.Pointer) {
 		fail(126)
 	}
 	if pid == 0 {
-		sys(unix.SYS_SETSID, 0, 0, 0, 0, 0, 0)
-		// The listening sockets, made after fds 0-3 and the signalfd,
-		// have numbers above their targets, taken in increasing order.
-		for i := uintptr(0); i < nfwd; i++ {
-			if _, e := sys(unix.SYS_DUP3, listeners[i%maxForwards], 3+i, 0, 0, 0, 0); e != 0 {
-				childFail(stepRelay, e)
-			}
-		}
-		sys(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&emptyMask)), 0, 8, 0, 0)
-		_, e := sys(unix.SYS_EXECVE, relayArgv[0], uintptr(unsafe.Pointer(&relayArgv[0])), uintptr(unsafe.Pointer(&relayEnv[0])), 0, 0, 0)
-		childFail(stepRelay, e)
+		relayChild()
 	}
 	if childErr[0] != 0 {
 		put("egress relay: start ")
@@ -773,6 +764,32 @@ func startRelay(args unsafe.Pointer) {
 	for i := uintptr(0); i < nfwd; i++ {
 		sys(unix.SYS_CLOSE, listeners[i%maxForwards], 0, 0, 0, 0, 0)
 	}
+}
+
+// relayChild becomes the relay (vfork's child, like child): a session of
+// its own, the listening sockets as fds 3, 4, ... (made after fds 0-3 and
+// the signalfd, their numbers are above their targets, taken in increasing
+// order), then the exec.
+//
+//go:nosplit
+func relayChild() {
+	sys(unix.SYS_SETSID, 0, 0, 0, 0, 0, 0)
+	for i := uintptr(0); i < nfwd; i++ {
+		if _, e := sys(unix.SYS_DUP3, listeners[i%maxForwards], 3+i, 0, 0, 0, 0); e != 0 {
+			childFail(stepRelay, e)
+		}
+	}
+	execOrFail(stepRelay, relayArgv[0], uintptr(unsafe.Pointer(&relayArgv[0])), uintptr(unsafe.Pointer(&relayEnv[0])))
+}
+
+// execOrFail gives a vfork child the signal mask a new program expects
+// (empty) and executes path, or reports the failure as step.
+//
+//go:nosplit
+func execOrFail(step, path, argv, envp uintptr) {
+	sys(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&emptyMask)), 0, 8, 0, 0)
+	_, e := sys(unix.SYS_EXECVE, path, argv, envp, 0, 0, 0)
+	childFail(step, e)
 }
 
 // listen makes a listening TCP socket on the address spec[:n], "IP:PORT"
