@@ -308,33 +308,31 @@ func cgroupDirs(path string) []string {
 }
 
 // initProgram returns a host file holding airlock's init program, to be
-// bound read-only into sandboxes: the embedded one (root's read-only copy
-// per build in the state root, progfile.Cached: made once, other builds'
-// copies removed after a minute, since one written in the last minute may
-// be about to be mounted by another build's run), or this executable.
+// bound read-only into sandboxes: the embedded one, or this executable.
 func initProgram(root string) (string, error) {
-	bin := initbin.Bin()
-	if len(bin) == 0 {
+	if len(initbin.Bin()) == 0 {
 		return os.Executable()
 	}
-	f, err := progfile.Cached(root, "init", initbin.BuildID, bin)
-	if err != nil {
-		return "", fmt.Errorf("gvisor: the init program in %s: %w", root, err)
-	}
-	f.Close()
-	return f.Name(), nil
+	return cachedProgram(root, "init", initbin.Bin())
 }
 
 // pid1Program is initProgram for cmd/airlock-pid1: its host file, or ""
 // when this build embeds none.
 func pid1Program(root string) (string, error) {
-	bin := initbin.Pid1()
-	if len(bin) == 0 {
+	if len(initbin.Pid1()) == 0 {
 		return "", nil
 	}
-	f, err := progfile.Cached(root, "pid1", initbin.BuildID, bin)
+	return cachedProgram(root, "pid1", initbin.Pid1())
+}
+
+// cachedProgram is root's read-only copy of the embedded program name for
+// this build (progfile.Cached: made once, other builds' copies removed
+// after a minute, since one written in the last minute may be about to be
+// mounted by another build's run).
+func cachedProgram(root, name string, bin []byte) (string, error) {
+	f, err := progfile.Cached(root, name, initbin.BuildID, bin)
 	if err != nil {
-		return "", fmt.Errorf("gvisor: the one-shot init program in %s: %w", root, err)
+		return "", fmt.Errorf("gvisor: the %s program in %s: %w", name, root, err)
 	}
 	f.Close()
 	return f.Name(), nil
