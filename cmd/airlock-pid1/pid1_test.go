@@ -186,13 +186,17 @@ type start struct {
 	signals func(t *testing.T, p *os.Process, out *bufio.Reader)
 }
 
-func runProgram(t *testing.T, s start) result {
+// programCmd is the program's command for s, as the host starts it (the
+// options, then "--init --"; the build id, the command and the filter in
+// the environment), and the read and write ends of its status pipe at fd 3
+// (nil with s.noPipe; the caller closes the write end once it started).
+func programCmd(ctx context.Context, t *testing.T, s start) (cmd *exec.Cmd, sr, sw *os.File) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	args := append([]string{"__sandbox-init-gvisor-exec"}, s.opts...)
-	args = append(args, "--init", "--")
-	cmd := exec.CommandContext(ctx, program(t), args...)
+	if s.filter != nil {
+		args = append(args, "--seccomp")
+	}
+	cmd = exec.CommandContext(ctx, program(t), append(args, "--init", "--")...)
 	cmd.Dir = s.dir
 	build := s.build
 	if build == "" {
@@ -204,17 +208,23 @@ func runProgram(t *testing.T, s start) result {
 	}
 	if s.filter != nil {
 		cmd.Env = append(cmd.Env, "AIRLOCK_GVISOR_SECCOMP="+base64.StdEncoding.EncodeToString(s.filter))
-		cmd.Args = append(cmd.Args[:1], append([]string{"__sandbox-init-gvisor-exec", "--seccomp"}, cmd.Args[2:]...)...)
 	}
-	var sr, sw *os.File
 	if !s.noPipe {
 		var err error
 		if sr, sw, err = os.Pipe(); err != nil {
 			t.Fatal(err)
 		}
-		defer sr.Close()
+		t.Cleanup(func() { sr.Close(); sw.Close() })
 		cmd.ExtraFiles = []*os.File{sw}
 	}
+	return cmd, sr, sw
+}
+
+func runProgram(t *testing.T, s start) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd, sr, sw := programCmd(ctx, t, s)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -463,15 +473,8 @@ func TestTerminal(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, program(t), "__sandbox-init-gvisor-exec", "--tty", "--init", "--")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "AIRLOCK_INIT_BUILD=" + testBuild, "AIRLOCK_GVISOR_ARGV=" + gvisor.EncodeArgv([]string{"sh", "-c", script})}
+	cmd, sr, sw := programCmd(ctx, t, start{argv: []string{"sh", "-c", script}, env: []string{"PATH=/usr/bin:/bin"}, opts: []string{"--tty"}})
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
-	sr, sw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sr.Close()
-	cmd.ExtraFiles = []*os.File{sw}
 	// As runsc starts it: the session's leader, the terminal its own.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := cmd.Start(); err != nil {
@@ -586,17 +589,9 @@ func TestForward(t *testing.T) {
 	defer out.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	args := append(append([]string{"__sandbox-init-gvisor-exec"}, opts...), "--init", "--")
-	cmd := exec.CommandContext(ctx, program(t), args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "AIRLOCK_INIT_BUILD=" + testBuild,
-		"AIRLOCK_GVISOR_ARGV=" + gvisor.EncodeArgv(append([]string{"python3", "-c", client}, append(addrs, unused)...))}
+	cmd, sr, sw := programCmd(ctx, t, start{argv: append([]string{"python3", "-c", client}, append(addrs, unused)...),
+		env: []string{"PATH=/usr/bin:/bin"}, opts: opts})
 	cmd.Stdout, cmd.Stderr = out, out // the relay keeps them: no pipes to wait on
-	sr, sw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sr.Close()
-	cmd.ExtraFiles = []*os.File{sw}
 	err = cmd.Run()
 	sw.Close()
 	// The relay outlives the program here (in a sandbox it ends with it).
