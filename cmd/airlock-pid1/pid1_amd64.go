@@ -91,8 +91,7 @@ const (
 	stepNoNewPrivs = 1
 	stepSeccomp    = 2
 	stepExec       = 3
-	stepForeground = 4
-	stepRelay      = 5
+	stepRelay      = 4
 )
 
 //go:nosplit
@@ -612,7 +611,9 @@ func child(withSeccomp, tty bool) {
 		pid, _ := sys(unix.SYS_GETPID, 0, 0, 0, 0, 0, 0)
 		pgrp = int32(pid)
 		if _, e := sys(unix.SYS_IOCTL, 0, unix.TIOCSPGRP, uintptr(unsafe.Pointer(&pgrp)), 0, 0, 0); e != 0 {
-			childFail(stepForeground, e)
+			// Reported as the exec's: Go's ForkExec returns it
+			// to airlock-init the same way.
+			childFail(stepExec, e)
 		}
 	} else {
 		sys(unix.SYS_SETSID, 0, 0, 0, 0, 0, 0)
@@ -652,8 +653,7 @@ func startFailure(name unsafe.Pointer) {
 		putErrno(e)
 		fail(126)
 	}
-	// The exec, or the terminal's foreground (an errno of the start, as
-	// Go's ForkExec returns it to airlock-init).
+	// The exec (or the terminal's foreground).
 	put("exec ")
 	putC(name)
 	code := uintptr(126)
