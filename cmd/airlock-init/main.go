@@ -53,6 +53,9 @@ func main() {
 		case native.InitArg:
 			native.InitMain()
 			return
+		case native.ResumeArg:
+			native.ResumeMain()
+			return
 		case native.ReapArg:
 			native.ReapMain()
 			return

@@ -319,6 +319,9 @@ func run(sp unsafe.Pointer) {
 	argc := *(*uintptr)(sp)
 	args := unsafe.Add(sp, 8)
 	env := unsafe.Add(sp, 8*(argc+2))
+	if argc > 1 && equal(ptr(args, 1), holdArg) {
+		hold(argc, args, env) // never returns
+	}
 
 	// The status pipe is fd 3; were it not open, the descriptors made
 	// below could take its number.

@@ -619,3 +619,73 @@ func TestForward(t *testing.T) {
 		t.Errorf("the relay (pid %d) is not the leader of a session of its own (session %d)", rpid, rsid)
 	}
 }
+
+// TestHold: in hold mode the program waits, without executing anything,
+// while its watched descriptors are quiet, and executes the agent's program
+// (here a shell) with the given arguments and its own environment, the
+// descriptors still open, once one of them is readable; and again when the
+// other end hangs up. Bad arguments end it with 122.
+func TestHold(t *testing.T) {
+	bin := program(t)
+	for _, wake := range []string{"write", "hangup"} {
+		t.Run(wake, func(t *testing.T) {
+			pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ours, theirs := os.NewFile(uintptr(pair[0]), "ours"), os.NewFile(uintptr(pair[1]), "theirs")
+			defer ours.Close()
+			sh, err := os.Open("/bin/sh")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sh.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			// fd 3: the agent's program; fd 4: the watched channel.
+			cmd := exec.CommandContext(ctx, bin, "__hold", "3", "4", "--", "sh", "-c", `echo "woke $HOLD_TEST"; ls /proc/self/fd/4 >/dev/null && echo fd4`)
+			cmd.ExtraFiles = []*os.File{sh, theirs}
+			cmd.Env = []string{"HOLD_TEST=env-kept"}
+			var out strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			theirs.Close()
+			// Quiet channel: it holds (the control: it does wake below).
+			time.Sleep(200 * time.Millisecond)
+			if cmd.ProcessState != nil || out.Len() > 0 {
+				t.Fatalf("woke on a quiet channel: %q", out.String())
+			}
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid)); err != nil || !strings.Contains(string(b), "__hold") {
+				t.Fatalf("not holding: %q %v", b, err)
+			}
+			if wake == "write" {
+				if _, err := ours.Write([]byte("exec")); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				ours.Close()
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("%v: %s", err, out.String())
+			}
+			if got := out.String(); got != "woke env-kept\nfd4\n" {
+				t.Fatalf("after waking: %q", got)
+			}
+		})
+	}
+	for _, args := range [][]string{
+		{"__hold"},
+		{"__hold", "x", "4", "--", "sh"},
+		{"__hold", "3", "--", "sh"},
+		{"__hold", "3", "4", "--"},
+	} {
+		cmd := exec.Command(bin, args...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 122 || !strings.HasPrefix(string(out), "airlock-hold: ") {
+			t.Errorf("%q: %v, %q; want exit 122 with airlock-hold's message", args, err, out)
+		}
+	}
+}

@@ -55,6 +55,10 @@ func main() {
 		gvisor.ExecMain()
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == native.ResumeArg {
+		native.ResumeMain()
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == native.ReapArg {
 		native.ReapMain()
 		return

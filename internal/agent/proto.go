@@ -45,6 +45,11 @@ const (
 	// TypeHold renews, moves or releases an attached reader's hold on a
 	// captured stream (see ReadRequest.Reader); it has no answer.
 	TypeHold = "hold"
+	// TypeSleep asks an idle agent to give its place as PID 1 to a program
+	// of a few pages until the next request (Server.Sleep); its Ack
+	// carries the sequence, and the agent answers TypeAck, with an Error
+	// when it stays awake (something runs, or it cannot sleep).
+	TypeSleep = "sleep"
 )
 
 // Version is the agent's protocol version, reported in State so that a
@@ -55,7 +60,8 @@ const (
 // without the Stat of what it made.
 // 3: no output with the exit (ExecRequest.Collect is ignored).
 // 4: no ExecRequest.NoStdin (stdin stays open until a TypeStdin closes it).
-const Version = 5
+// 5: no TypeSleep.
+const Version = 6
 
 // File operations.
 const (

@@ -40,6 +40,17 @@ type Server struct {
 	// whose output is still kept (see keepFinished).
 	finished []uint64
 	sendM    sync.Mutex
+
+	// Sleep, when set, lets the agent sleep (TypeSleep, sleep_linux.go):
+	// it is called on Serve's goroutine with nothing running in the
+	// sandbox, and executes a program that waits for the next request in
+	// the agent's place, then executes the agent again, which resumes
+	// with st (Resume). It returns only on failure; the agent then serves
+	// on.
+	Sleep func(conn *Conn, st *SleepState) error
+	// busy counts the reads and file operations running off the request
+	// loop.
+	busy atomic.Int64
 }
 
 // The output of finished captured processes is kept for readers that come
@@ -203,7 +214,11 @@ func (s *Server) Serve() error {
 				// cursor; in order with its other holds and releases.
 				s.hold(&Hold{ID: m.Read.ID, Stream: m.Read.Stream, Reader: m.Read.Reader, Keep: m.Read.Cursor})
 			}
-			go s.read(m.Read)
+			s.busy.Add(1)
+			go func() {
+				defer s.busy.Add(-1)
+				s.read(m.Read)
+			}()
 		case TypeStdin:
 			closeAll(files)
 			s.stdin(m.Stdin)
@@ -211,7 +226,16 @@ func (s *Server) Serve() error {
 			closeAll(files)
 			s.hold(m.Hold)
 		case TypeFile:
-			go s.file(m.File, files) // off the request loop: a large remove must not stall exec
+			s.busy.Add(1)
+			go func() { // off the request loop: a large remove must not stall exec
+				defer s.busy.Add(-1)
+				s.file(m.File, files)
+			}()
+		case TypeSleep:
+			closeAll(files)
+			if m.Ack != nil {
+				s.sleep(conn, m.Ack.Seq)
+			}
 		case TypeRelease:
 			closeAll(files)
 			if m.Release != nil {

@@ -48,10 +48,13 @@ type Config struct {
 	DefaultTimeout string `yaml:"default_timeout"`
 	MaxLifetime    string `yaml:"max_lifetime"`
 	IdleTimeout    string `yaml:"idle_timeout"`
-	ExecTimeout    string `yaml:"exec_timeout"`
-	MaxOutput      string `yaml:"max_output"`
-	MaxUpload      string `yaml:"max_upload"`
-	Retention      string `yaml:"retention"`
+	// SleepAfter: an idle native sandbox's agent sleeps after this long
+	// without API activity (manager.Config.SleepAfter); "0": never.
+	SleepAfter  string `yaml:"sleep_after"`
+	ExecTimeout string `yaml:"exec_timeout"`
+	MaxOutput   string `yaml:"max_output"`
+	MaxUpload   string `yaml:"max_upload"`
+	Retention   string `yaml:"retention"`
 	// RecordMaxEvents bounds the activity record of each sandbox made with
 	// record: true (0: 100000).
 	RecordMaxEvents int `yaml:"record_max_events"`
@@ -284,8 +287,12 @@ func (c *Config) manager() (manager.Config, int64, error) {
 	dur("idle_timeout", c.IdleTimeout, &mc.DefaultIdle, true)
 	dur("exec_timeout", c.ExecTimeout, &mc.ExecTimeout, false)
 	dur("retention", c.Retention, &mc.Retention, false)
+	dur("sleep_after", c.SleepAfter, &mc.SleepAfter, false)
 	if c.IdleTimeout == "0" || c.IdleTimeout == "0s" {
 		mc.DefaultIdle = -1 // "0" in the file means none
+	}
+	if c.SleepAfter == "0" || c.SleepAfter == "0s" {
+		mc.SleepAfter = -1 // never
 	}
 	if err != nil {
 		return mc, 0, err

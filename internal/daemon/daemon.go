@@ -116,7 +116,7 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 			}
 		}()
 	}
-	rt := &native.Runtime{Detached: true, StateRoot: c.StateDir, Volumes: vols}
+	rt := &native.Runtime{Detached: true, StateRoot: c.StateDir, Volumes: vols, Sleep: mc.SleepAfter >= 0}
 	if c.Ephemeral {
 		// Its sandboxes end with this process: the kernel kills their
 		// inits, and a reaper removes their host state.

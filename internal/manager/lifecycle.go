@@ -305,9 +305,22 @@ func (m *Manager) expire(now time.Time) {
 		r := sb.rec
 		skip := sb.ending || sb.isFinal() || r.Pool != "" || r.State == api.StateCreating
 		idle := r.IdleTimeout > 0 && r.State == api.StateRunning && sb.running == 0 && now.Sub(sb.activity) > r.IdleTimeout
+		// Asked once per quiet spell (sleepFor: the activity it was
+		// asked after).
+		sleep := !skip && !idle && m.cfg.SleepAfter > 0 && r.State == api.StateRunning && sb.running == 0 && sb.rt != nil &&
+			now.Sub(sb.activity) > m.cfg.SleepAfter && !sb.sleepFor.Equal(sb.activity) && !now.Before(sb.sleepRetry)
+		if sleep {
+			sb.sleepFor = sb.activity
+		}
+		rt, activity := sb.rt, sb.activity
 		sb.mu.Unlock()
 		if skip {
 			continue
+		}
+		if sleep {
+			if s, ok := rt.(runtime.Sleeper); ok {
+				go m.sleep(sb, s, activity)
+			}
 		}
 		reason := ""
 		switch {
@@ -352,5 +365,25 @@ func (m *Manager) purge(now time.Time) {
 		if old {
 			m.forget(m.ctx, sb)
 		}
+	}
+}
+
+// sleep asks a quiet sandbox to sleep (runtime.Sleeper); it stays awake,
+// as it was, when something runs in it.
+func (m *Manager) sleep(sb *Sandbox, s runtime.Sleeper, activity time.Time) {
+	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+	defer cancel()
+	err := s.Sleep(ctx)
+	sb.mu.Lock()
+	switch {
+	case err == nil && sb.activity.Equal(activity):
+		sb.asleep = true
+	case err != nil && !errors.Is(err, errdefs.ErrNotSupported):
+		// Something runs: ask again a while later.
+		sb.sleepFor, sb.sleepRetry = time.Time{}, time.Now().Add(m.cfg.SleepAfter)
+	}
+	sb.mu.Unlock()
+	if err != nil {
+		m.log.Debug("sleep", "sandbox", sb.id, "err", err)
 	}
 }

@@ -92,6 +92,11 @@ type Config struct {
 	DefaultTTL  time.Duration // default 1h
 	MaxLifetime time.Duration // default 24h; TTL extensions stop there
 	DefaultIdle time.Duration // default 15m; negative: none
+	// SleepAfter: a running sandbox with no process running, not a pool
+	// member, is asked to sleep after this long without API activity
+	// (runtime.Sleeper: its agent gives its place to a program of a few
+	// pages until the next request); default 10s; negative: never.
+	SleepAfter  time.Duration
 	ExecTimeout time.Duration // default timeout of run-and-wait exec; default 10m
 	MaxOutput   int           // bytes per stream in an exec result; default 1 MiB
 	Retention   time.Duration // how long stopped and failed sandboxes are listed; default 1h
@@ -202,6 +207,9 @@ func (c *Config) defaults() {
 	}
 	if c.DefaultIdle == 0 {
 		c.DefaultIdle = 15 * time.Minute
+	}
+	if c.SleepAfter == 0 {
+		c.SleepAfter = 10 * time.Second
 	}
 	if c.ExecTimeout <= 0 {
 		c.ExecTimeout = 10 * time.Minute

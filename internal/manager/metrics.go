@@ -57,6 +57,18 @@ func (m *Metrics) bind(mg *Manager) {
 			}
 			return out
 		})
+	m.Registry.GaugeFunc("airlock_sandboxes_asleep", "Running sandboxes whose agent sleeps (sleep_after), by runtime.", "runtime",
+		func() map[string]float64 {
+			out := map[string]float64{}
+			for _, sb := range mg.snapshot() {
+				sb.mu.Lock()
+				if sb.asleep && !sb.isFinal() && sb.rt != nil {
+					out[runtimeOf(sb.rt)]++
+				}
+				sb.mu.Unlock()
+			}
+			return out
+		})
 	if vs := mg.cfg.Volumes; vs != nil {
 		m.Registry.GaugeFunc("airlock_volume_spares", "Empty volumes made ahead for cold creations, by disk size in bytes (spare_volumes).", "size",
 			func() map[string]float64 {

@@ -40,6 +40,11 @@ type Sandbox struct {
 	ended    chan struct{} // closed once it is final
 	activity time.Time
 	dirty    bool // activity not yet written to the store
+	// sleepFor is the activity after which it was last asked to sleep;
+	// asleep, that it sleeps since (until the next activity).
+	sleepFor   time.Time
+	sleepRetry time.Time // not asked again before
+	asleep     bool
 	// cloned: its workspace volume was made as a clone of
 	// spec.FromSnapshot's image (snapshot_cow.go).
 	cloned bool
@@ -89,6 +94,7 @@ func (sb *Sandbox) touch(now time.Time) {
 	sb.mu.Lock()
 	sb.activity = now
 	sb.dirty = true
+	sb.asleep = false
 	sb.mu.Unlock()
 }
 

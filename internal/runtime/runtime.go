@@ -385,6 +385,15 @@ type RootLayerer interface {
 	RootLayer() (*os.File, error)
 }
 
+// Sleeper is implemented by sandboxes whose agent can sleep while nothing
+// runs in them: it gives its place to a program of a few pages, which
+// executes the agent again at the next request (native: sleep_linux.go).
+// Sleep fails, and the sandbox stays as it was, when something runs or
+// the agent cannot sleep.
+type Sleeper interface {
+	Sleep(ctx context.Context) error
+}
+
 // Listeners is implemented by sandboxes created with Spec.Listen: the
 // listening sockets, in the order of Spec.Listen. The caller serves them.
 type Listeners interface {

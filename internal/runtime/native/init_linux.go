@@ -46,7 +46,7 @@ func inLayer(layer string, err error) error {
 // goroutine moved to another thread (a command's signal to its init was
 // then refused, now and then, with EPERM).
 func init() {
-	if len(os.Args) > 1 && os.Args[1] == InitArg {
+	if len(os.Args) > 1 && (os.Args[1] == InitArg || os.Args[1] == ResumeArg) {
 		goruntime.LockOSThread()
 	}
 }
@@ -103,6 +103,7 @@ func InitMain() {
 	handedOut = nil
 	srv := agent.NewServer(conn, listener)
 	srv.Signals = sigs
+	srv.Sleep = sleepFunc(listener)
 	srv.Serve()
 	os.Exit(0)
 }
@@ -137,6 +138,9 @@ func initSandboxSteps(conn *agent.Conn) (_ *agent.Ready, listener *os.File, _ er
 	if s.Detached {
 		want++
 	}
+	if s.Sleep {
+		want += 2
+	}
 	if len(files) != want {
 		return nil, nil, fmt.Errorf("setup names %d descriptors but carried %d", want, len(files))
 	}
@@ -145,6 +149,14 @@ func initSandboxSteps(conn *agent.Conn) (_ *agent.Ready, listener *os.File, _ er
 		// outlive this function (the deferred close skips it).
 		listener = files[len(files)-1]
 		files = files[:len(files)-1]
+	}
+	if s.Sleep {
+		// The two programs follow the idmapped descriptors; kept for as
+		// long as the agent lives (close-on-exec, as every descriptor
+		// here).
+		n := len(s.IDMapped)
+		sleeper, agentProgram = files[n], files[n+1]
+		files = append(files[:n:n], files[n+2:]...)
 	}
 	idmapped := map[string]*os.File{}
 	for i, name := range s.IDMapped {

@@ -84,6 +84,10 @@ type Runtime struct {
 	// is leased from. Nil: uidpool.Resolve(nil) (root's subordinate ids,
 	// else uidpool.Default). Unused rootless: root inside is the caller.
 	UIDPool *uidpool.Pool
+	// Sleep lets the agents of detached sandboxes sleep when asked
+	// (Sandbox.Sleep, sleep_linux.go), where this build has the sleeper
+	// (linux/amd64) and the host executes memfds.
+	Sleep bool
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -434,6 +438,22 @@ func (r *Runtime) create(ctx context.Context, spec *runtime.Spec, first *runtime
 	}()
 	if err != nil {
 		return nil, nil, err
+	}
+	if r.Detached && r.Sleep && !spec.RecordExec {
+		// The exec listener would stop the agent's own execs (and
+		// record them): a recorded sandbox stays awake.
+		if progs, err := sleepPrograms(); err == nil {
+			// Copies: fds are closed once sent, the programs are shared.
+			a, errA := dupFile(progs[0])
+			b, errB := dupFile(progs[1])
+			if errA == nil && errB == nil {
+				fds = append(fds, a, b)
+				st.Sleep = true
+			} else {
+				a.Close()
+				b.Close()
+			}
+		}
 	}
 	if r.Detached {
 		ln, err := listenAgent(stateDir)

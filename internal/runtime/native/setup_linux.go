@@ -50,6 +50,11 @@ type setup struct {
 	// ending the sandbox (for a daemon that restarts).
 	Detached bool `json:"detached,omitempty"`
 
+	// Sleep: two descriptors follow the idmapped ones, the sleeper's
+	// program (airlock-pid1) and the agent's own, executable from inside
+	// the sandbox (sealed memfds): the agent may sleep (sleep_linux.go).
+	Sleep bool `json:"sleep,omitempty"`
+
 	// Listen: TCP addresses the init binds inside the sandbox's network
 	// namespace and hands to the supervisor with the ready message.
 	Listen []string `json:"listen,omitempty"`

@@ -76,6 +76,7 @@ func (s *setup) encode() []byte {
 	b = strconv.AppendUint(b, s.NoFile, 10)
 	num("fsize", s.FileSize)
 	flag("detached", s.Detached)
+	flag("sleep", s.Sleep)
 	strs("listen", s.Listen)
 	flag("exec_notify", s.ExecNotify)
 	if len(s.Seccomp) > 0 {
@@ -150,6 +151,7 @@ var setupFields = [...]struct {
 	{"nofile", false, func(s *setup, raw []byte) (err error) { s.NoFile, err = jsonobj.Uint(raw); return }},
 	{"fsize", false, func(s *setup, raw []byte) (err error) { s.FileSize, err = jsonobj.Int(raw); return }},
 	{"detached", false, func(s *setup, raw []byte) (err error) { s.Detached, err = jsonobj.Bool(raw); return }},
+	{"sleep", false, func(s *setup, raw []byte) (err error) { s.Sleep, err = jsonobj.Bool(raw); return }},
 	{"listen", true, func(s *setup, raw []byte) (err error) { s.Listen, err = jsonobj.Strings(raw, s.Listen); return }},
 	{"exec_notify", false, func(s *setup, raw []byte) (err error) { s.ExecNotify, err = jsonobj.Bool(raw); return }},
 	{"seccomp", true, decodeSeccomp},
