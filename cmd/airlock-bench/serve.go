@@ -231,12 +231,36 @@ func runServe(args []string) int {
 	time.Sleep(2 * time.Second)
 	avail1, rss1 := memAvailable(), rss(daemon.cmd.Process.Pid)
 	pss := agentsPss(daemon.stateDir())
+	// The same sandboxes once their agents sleep (sleep_after, the
+	// daemon's default), then the first exec in each of some of them,
+	// which wakes it, against a second one.
+	asleep := func() float64 { return metric(sock, `airlock_sandboxes_asleep{runtime="native"}`) }
+	for i := 0; i < 600 && asleep() < float64(*idle); i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+	nAsleep := asleep()
+	time.Sleep(time.Second)
+	avail2, rss2 := memAvailable(), rss(daemon.cmd.Process.Pid)
+	pssAsleep := agentsPss(daemon.stateDir())
+	var wake, awake []float64
+	for _, id := range ids[:min(len(ids), *n)] {
+		for _, row := range []*[]float64{&wake, &awake} {
+			t0 := time.Now()
+			if _, err := c.Exec(ctx, id, &api.ExecRequest{Argv: []string{"true"}}); err != nil {
+				return fail("exec after a sleep", err)
+			}
+			*row = append(*row, float64(time.Since(t0).Microseconds())/1000)
+		}
+	}
 	for _, id := range ids {
 		c.DeleteSandbox(ctx, id)
 	}
 	perSandbox := float64(avail0-avail1) / float64(*idle) / 1024
 	daemonPer := float64(rss1-rss0) / float64(*idle) / 1024
 	agentPer := pss / float64(max(len(ids), 1)) / 1024
+	perAsleep := float64(avail0-avail2) / float64(*idle) / 1024
+	daemonAsleep := float64(rss2-rss0) / float64(*idle) / 1024
+	agentAsleep := pssAsleep / float64(max(len(ids), 1)) / 1024
 
 	fmt.Printf("airlock serve benchmark: %d samples per latency row, %d CPUs, kernel %s\n\n", *n, goruntime.NumCPU(), kernel())
 	fmt.Printf("%-48s %10s %10s %10s %s\n", "", "median", "p95", "min", "target")
@@ -258,10 +282,13 @@ func runServe(args []string) int {
 	fmt.Printf("%-48s %10.1f /s   (%d clients, %v%s)\n", "create+exec+destroy, cold", tCold, *workers, *dur, cycle(cCold))
 	fmt.Printf("%-48s %10.1f /s   (pool of %d refilling%s)\n", "create+exec+destroy, pool policy", tWarm, poolSize, cycle(cWarm))
 	fmt.Println()
-	fmt.Printf("memory per idle sandbox over %d sandboxes:\n", *idle)
-	fmt.Printf("  host total (MemAvailable drop / n)           %8.2f MiB   target <= 1 MiB\n", perSandbox)
-	fmt.Printf("  of which daemon RSS growth / n               %8.2f MiB\n", daemonPer)
-	fmt.Printf("  of which agent (PID 1) PSS, mean             %8.2f MiB\n", agentPer)
+	fmt.Printf("memory per idle sandbox over %d sandboxes:            awake   asleep (%.0f of %d, sleep_after)\n", *idle, nAsleep, *idle)
+	fmt.Printf("  host total (MemAvailable drop / n)           %8.2f %8.2f MiB   target <= 1 MiB\n", perSandbox, perAsleep)
+	fmt.Printf("  of which daemon RSS growth / n               %8.2f %8.2f MiB\n", daemonPer, daemonAsleep)
+	fmt.Printf("  of which PID 1 (agent, or sleeper) PSS, mean %8.2f %8.2f MiB\n", agentPer, agentAsleep)
+	fmt.Printf("%-48s %10s %10s %10s\n", "", "median", "p95", "min")
+	latencyRow("exec round trip of true, the first after a sleep", wake, "")
+	latencyRow("  the next one, awake", awake, "")
 	if len(warm) > 0 && len(bw) > 0 {
 		fmt.Printf("\nratios (median; targets of issue 15): warm create+exec / bwrap = %.2f (<= 0.25); exec round trip / bwrap = %.2f (<= 0.2); cold / bwrap = %.2f (<= 2); one-shot run / warm = %.2f\n",
 			median(sorted(warm))/median(sorted(bw)), median(sorted(rtt))/median(sorted(bw)), median(sorted(cold))/median(sorted(bw)), median(sorted(oneshot))/median(sorted(warm)))

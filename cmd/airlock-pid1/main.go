@@ -31,6 +31,9 @@
 // (128+N for signal N). The messages and codes are airlock-init's
 // (TestStart compares them).
 //
+// With __hold as its first argument it is instead the sleeper of an idle
+// service sandbox's agent (hold_amd64.go).
+//
 // Only linux/amd64 has the entry; elsewhere `make build` embeds an empty
 // file and the gVisor runtime starts airlock-init instead.
 package main

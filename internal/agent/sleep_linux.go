@@ -27,6 +27,9 @@ type SleptStream struct {
 	Data  []byte `json:"data"`
 }
 
+// procRoot is where idleState lists the sandbox's processes.
+var procRoot = "/proc"
+
 // sleep answers a TypeSleep and, when the sandbox is idle, calls Sleep,
 // which returns only if the agent could not sleep after all.
 func (s *Server) sleep(conn *Conn, seq uint64) {
@@ -90,7 +93,7 @@ func (s *Server) idleState() (*SleepState, string) {
 	if len(st.Finished) != len(s.outputs) {
 		return nil, "busy: output of a running process"
 	}
-	d, err := os.Open("/proc")
+	d, err := os.Open(procRoot)
 	if err != nil {
 		return nil, "cannot list processes: " + err.Error()
 	}

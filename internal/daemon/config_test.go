@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A configuration with unknown keys or a wrong type is refused on one
@@ -60,6 +61,31 @@ func TestConfigWritableKernelFS(t *testing.T) {
 	for _, ok := range []string{"{source: /sys/kernel/mm, target: /mnt/mm}", "{source: " + dir + ", target: /mnt/d, mode: rw}"} {
 		if err := manager(ok); err != nil && strings.Contains(err.Error(), "policies.k") {
 			t.Errorf("control %s: %v", ok, err)
+		}
+	}
+}
+
+// sleep_after: a duration, "0" for never (-1 to the manager, which then
+// never asks and gives the runtime no sleeper), unset for the manager's
+// default; anything else is refused.
+func TestConfigSleepAfter(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		v    string
+		want time.Duration
+		bad  bool
+	}{{"", 0, false}, {"5s", 5 * time.Second, false}, {"0", -1, false}, {"0s", -1, false}, {"-1s", 0, true}, {"soon", 0, true}} {
+		c := &Config{Socket: filepath.Join(dir, "s.sock"), DataDir: filepath.Join(dir, "data"), StateDir: filepath.Join(dir, "state"), SleepAfter: tc.v}
+		c.defaults()
+		mc, _, err := c.manager()
+		if tc.bad {
+			if err == nil || !strings.Contains(err.Error(), "sleep_after") {
+				t.Errorf("%q: %v, want an error naming sleep_after", tc.v, err)
+			}
+			continue
+		}
+		if err != nil || mc.SleepAfter != tc.want {
+			t.Errorf("%q: %v %v, want %v", tc.v, mc.SleepAfter, err, tc.want)
 		}
 	}
 }

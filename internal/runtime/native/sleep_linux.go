@@ -244,8 +244,12 @@ func (sb *sandbox) Sleep(ctx context.Context) error {
 	if m.Type != agent.TypeAck || m.Ack == nil {
 		return fmt.Errorf("sleep: unexpected answer %q", m.Type)
 	}
-	if m.Ack.Error != "" {
-		return errors.New(m.Ack.Error)
+	switch {
+	case m.Ack.Error == "":
+		return nil
+	case strings.HasPrefix(m.Ack.Error, "busy"):
+		return errors.New(m.Ack.Error) // asked again later
+	default:
+		return fmt.Errorf("sleep: %s: %w", m.Ack.Error, errdefs.ErrNotSupported)
 	}
-	return nil
 }
