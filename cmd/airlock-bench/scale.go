@@ -165,6 +165,9 @@ type scaleResult struct {
 	// level's rounds and a quiet moment: an idle sandbox that has run
 	// commands.
 	usedPss float64
+	// asleep is how many sandboxes slept (the daemon's count) when the
+	// memory was read.
+	asleep int
 }
 
 type memPerSandbox struct {
@@ -255,12 +258,18 @@ func scaleLevels(ctx context.Context, d *benchDaemon, levels []int, n, workers i
 		if err := waitPool(); err != nil {
 			return out, err
 		}
+		// Idle sandboxes as they stay: their agents asleep (the
+		// daemon's sleep_after, 10 s), up to a minute more.
+		asleep := func() int { return int(metric(d.sock(), `airlock_sandboxes_asleep{runtime="native"}`)) }
+		for i := 0; i < 700 && asleep() < len(idle) && ctx.Err() == nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
 		sleepCtx(ctx, settle)
 		if ctx.Err() != nil {
 			return out, ctx.Err()
 		}
 		now := readMem(ctx, d.cmd.Process.Pid)
-		res := scaleResult{level: level}
+		res := scaleResult{level: level, asleep: asleep()}
 		res.mem = memDelta(base, now, level)
 		res.mem.agent, res.mem.agentMaps, res.mem.agentThreads = agentsMemory(d.stateDir(), idle)
 
@@ -572,15 +581,20 @@ func printScale(res []scaleResult, n int, diskQuota string, haveBwrap bool) {
 	lat("create -> first exec, warm pool (SDK)", func(r scaleResult) []float64 { return r.warm })
 	lat("create -> first exec, cold (SDK)", func(r scaleResult) []float64 { return r.cold })
 	lat("exec round trip of `true` (SDK)", func(r scaleResult) []float64 { return r.rtt })
+	fmt.Printf("| idle sandboxes asleep (sleep_after) when memory was read |")
+	for _, r := range res {
+		fmt.Printf(" %d |", r.asleep)
+	}
+	fmt.Println()
 	mib("host memory per idle sandbox (MemAvailable drop / n)", func(r scaleResult) float64 { return r.mem.host })
 	mib("of which the daemon's RSS growth / n", func(r scaleResult) float64 { return r.mem.daemon })
-	mib("of which the agent's PSS, mean", func(r scaleResult) float64 { return r.mem.agent })
+	mib("of which PID 1's PSS (the agent, or its sleeper), mean", func(r scaleResult) float64 { return r.mem.agent })
 	for _, k := range kernelKeys {
 		mib("kernel: "+kernelNames[k]+" growth / n", func(r scaleResult) float64 { return r.mem.kernel[k] })
 	}
 	mib("agent PSS of the exec target (used, then idle)", func(r scaleResult) float64 { return r.usedPss })
 	mib("sum of the parts (daemon + agent + kernel rows)", func(r scaleResult) float64 { return r.mem.sum() })
-	fmt.Printf("| agent threads, mean |")
+	fmt.Printf("| PID 1 threads, mean |")
 	for _, r := range res {
 		fmt.Printf(" %.1f |", r.mem.agentThreads)
 	}
