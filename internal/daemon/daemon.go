@@ -123,6 +123,11 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 		rt.Detached, rt.Reaper = false, true
 		mc.EgressDir = filepath.Join(c.ephemeralDir, "egress")
 	}
+	if rt.Sleep && rt.Detached {
+		if err := native.SleepAvailable(); err != nil {
+			log.Info("idle sandboxes' agents stay awake (sleep_after)", "reason", err)
+		}
+	}
 	if os.Geteuid() == 0 {
 		pool, err := uidpool.Resolve(c.UIDPool)
 		if err != nil {

@@ -41,3 +41,12 @@ func ReapMain() { panic(ErrUnsupported) }
 
 // LandlockABI reports that Landlock is Linux only.
 func LandlockABI() (int, error) { return 0, ErrUnsupported }
+
+// ResumeArg is the hidden subcommand of an agent woken from its sleep.
+const ResumeArg = "__sandbox-agent-resume"
+
+// ResumeMain is never reached on other systems.
+func ResumeMain() { panic(ErrUnsupported) }
+
+// SleepAvailable reports that sleeping agents are Linux only.
+func SleepAvailable() error { return ErrUnsupported }

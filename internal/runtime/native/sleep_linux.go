@@ -217,6 +217,12 @@ var sleepPrograms = sync.OnceValues(func() ([2]*os.File, error) {
 	return progs, nil
 })
 
+// SleepAvailable says why this process's sandboxes cannot sleep, or nil.
+func SleepAvailable() error {
+	_, err := sleepPrograms()
+	return err
+}
+
 // dupFile returns a close-on-exec copy of f (nil, harmless to Close, on
 // failure).
 func dupFile(f *os.File) (*os.File, error) {
