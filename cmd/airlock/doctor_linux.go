@@ -271,7 +271,7 @@ func diskChecks() []check {
 	default:
 		kmem.OK, kmem.Detail = true, fmt.Sprintf("tmpfs pages and inodes are charged to the sandbox's memory cgroup; inodes capped at one per %d KiB of each tmpfs", quota.InodeRatio>>10)
 	}
-	return []check{run, serve, snapshotCheck(), kmem}
+	return []check{run, serve, snapshotCheck(), sleepCheck(), kmem}
 }
 
 // snapshotCheck says how the daemon (its default data directory, or
@@ -290,6 +290,18 @@ func snapshotCheck() check {
 	if cfg.CopyOnWrite == "off" {
 		c.OK, c.Detail = false, "copy: copy_on_write: off in the configuration"
 	}
+	return c
+}
+
+// sleepCheck: whether the agents of idle service sandboxes can sleep here
+// (the sleeper is in this build, and the host executes memfds).
+func sleepCheck() check {
+	c := check{Name: "idle agents sleep (airlock serve, sleep_after)"}
+	if err := native.SleepAvailable(); err != nil {
+		c.Detail = "no: " + err.Error() + "; an idle sandbox then costs about 1.5 MiB instead of 0.6"
+		return c
+	}
+	c.OK, c.Detail = true, "yes: an idle sandbox's PID 1 becomes a sleeper of one thread"
 	return c
 }
 

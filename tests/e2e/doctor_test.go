@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -74,6 +75,15 @@ func TestDoctor(t *testing.T) {
 		ok, found := seen["runtime directory"]
 		if err := syscall.Statfs("/run/airlock", &st); err != nil || !found || ok != (st.Type == 0x01021994) {
 			t.Errorf("runtime directory: reported %v (found %v), want ok=%v (statfs type %#x, %v)", ok, found, st.Type == 0x01021994, st.Type, err)
+		}
+	}
+	// Sleeping agents: this build (linux/amd64) has the sleeper, and the
+	// host executes memfds unless vm.memfd_noexec says otherwise.
+	if goruntime.GOARCH == "amd64" {
+		b, _ := os.ReadFile("/proc/sys/vm/memfd_noexec")
+		ok, found := seen["idle agents sleep (airlock serve, sleep_after)"]
+		if want := strings.TrimSpace(string(b)) != "2"; !found || ok != want {
+			t.Errorf("idle agents sleep: reported %v (found %v), want ok=%v (vm.memfd_noexec %q)", ok, found, want, b)
 		}
 	}
 	// Workspace snapshots: with xfsprogs installed (as .ci/run does),
