@@ -83,14 +83,19 @@ func outputOf(t *testing.T, d *daemon, id, pid string) (stdout, stderr string) {
 // a few pages), and every request wakes it: exec, files and output of
 // processes that finished before it slept, which it carried. PID 1 keeps
 // its hardening across both executions. Control: a sandbox with a
-// process running stays awake, and sleeps once it ended.
+// process running (started by the API, or left behind by a command that
+// ended) stays awake, and sleeps once it ended.
 func TestAgentSleeps(t *testing.T) {
 	need(t)
 	d := startDaemon(t, "sleep_after: 1s\n")
 	ctx := ctxT(t)
 	a := d.create(t, nil)
 	b := d.create(t, nil)
-	pidA, pidB := statePid(t, d, a.ID), statePid(t, d, b.ID)
+	c := d.create(t, nil)
+	pidA, pidB, pidC := statePid(t, d, a.ID), statePid(t, d, b.ID), statePid(t, d, c.ID)
+	// c: a process left behind by a command that ended, which the daemon
+	// does not count as running; the agent sees it.
+	d.sh(t, c.ID, "sleep 1000 </dev/null >/dev/null 2>&1 &")
 	if got := d.sh(t, a.ID, "echo one"); got != "one\n" {
 		t.Fatalf("exec: %q", got)
 	}
@@ -118,9 +123,11 @@ func TestAgentSleeps(t *testing.T) {
 	// The control: b has a process running, through several rounds of
 	// a's sleep_after.
 	time.Sleep(2500 * time.Millisecond)
-	if asleep(pidB) {
-		t.Fatalf("a sandbox with a process running slept")
+	if asleep(pidB) || asleep(pidC) {
+		t.Fatalf("a sandbox with a process running slept: %v, one left behind: %v", asleep(pidB), asleep(pidC))
 	}
+	d.sh(t, c.ID, "kill $(pidof sleep)")
+	waitAsleep(t, pidC)
 
 	// Output kept across the sleep: the agent carried it.
 	if o, e := outputOf(t, d, a.ID, p.ID); o != "kept-out\n" || e != "kept-err\n" {
