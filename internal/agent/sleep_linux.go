@@ -30,6 +30,12 @@ type SleptStream struct {
 // procRoot is where idleState lists the sandbox's processes.
 var procRoot = "/proc"
 
+// sleepCarryMax bounds the kept output an agent carries across a sleep:
+// carrying it copies it (into the state, then its memfd) while the agent
+// still holds it, in the sandbox's memory, and sleeping saves about 1 MiB.
+// An agent that keeps more stays awake.
+var sleepCarryMax = 1 << 20
+
 // sleep answers a TypeSleep and, when the sandbox is idle, calls Sleep,
 // which returns only if the agent could not sleep after all.
 func (s *Server) sleep(conn *Conn, seq uint64) {
@@ -68,6 +74,17 @@ func (s *Server) idleState() (*SleepState, string) {
 		return nil, "busy: processes run"
 	}
 	st := &SleepState{MaxID: s.maxID}
+	kept := 0
+	for _, bufs := range s.outputs {
+		for _, b := range bufs {
+			b.mu.Lock()
+			kept += int(b.end - b.start)
+			b.mu.Unlock()
+		}
+	}
+	if kept > sleepCarryMax {
+		return nil, "busy: keeps more output than a sleep carries (" + strconv.Itoa(kept) + " bytes)"
+	}
 	for _, id := range s.finished {
 		bufs, ok := s.outputs[id]
 		if !ok {

@@ -85,6 +85,10 @@ func TestSleepState(t *testing.T) {
 			s.pending = append(s.pending, &Exit{ID: 9})
 		},
 		"another process": func(s *Server) { os.Mkdir(filepath.Join(procRoot, "2"), 0o755) },
+		"too much output": func(s *Server) {
+			s.outputs[9] = [2]*outputBuffer{buf(2<<20, strings.Repeat("x", sleepCarryMax+1), true), buf(16, "", true)}
+			s.finished = []uint64{9}
+		},
 	} {
 		s := newServer()
 		mutate(s)
