@@ -24,6 +24,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -150,8 +152,9 @@ func ResumeMain() {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		os.Exit(121)
 	}
-	raw, err := readAllFD(fds.State)
-	unix.Close(fds.State)
+	state := os.NewFile(uintptr(fds.State), "state")
+	raw, err := io.ReadAll(io.NewSectionReader(state, 0, math.MaxInt64)) // from its start: it was written, not read
+	state.Close()
 	var st agent.SleepState
 	if err == nil {
 		err = json.Unmarshal(raw, &st)
@@ -178,22 +181,6 @@ func ResumeMain() {
 	srv.Sleep = sleepFunc(listener)
 	srv.Serve()
 	os.Exit(0)
-}
-
-func readAllFD(fd int) ([]byte, error) {
-	var out []byte
-	buf := make([]byte, 64<<10)
-	for off := int64(0); ; {
-		n, err := unix.Pread(fd, buf, off)
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			return out, nil
-		}
-		out = append(out, buf[:n]...)
-		off += int64(n)
-	}
 }
 
 // sleepPrograms are the sleeper (airlock-pid1) and the agent (airlock-init)
