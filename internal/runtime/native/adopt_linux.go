@@ -226,13 +226,15 @@ func (sb *sandbox) pollInit() {
 
 // Process returns a process of the sandbox by its request id: after Adopt,
 // the ones the agent reported running can be waited for and signalled.
-// One that ended while no supervisor was connected is handed out once:
+// One that ended while no supervisor was connected, or after Adopt but
+// before it was asked for, is handed out once:
 // the sandbox keeps no table of finished processes (their holder, the
 // daemon, lets go of them in its own time).
 func (sb *sandbox) Process(id uint64) (runtime.Process, bool) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if p, ok := sb.procs[id]; ok {
+		delete(sb.unclaimed, id)
 		return p, true
 	}
 	p, ok := sb.ended[id]
@@ -274,10 +276,12 @@ func (sb *sandbox) takeState(state *agent.State) {
 	// An agent of an older binary knows no holds nor payloads: its
 	// readers read plainly.
 	sb.agentVersion = state.Version
+	sb.unclaimed = map[uint64]bool{}
 	for _, p := range state.Running {
 		proc := &process{sb: sb, id: p.ID, pid: p.Pid, started: make(chan struct{}), exit: make(chan struct{})}
 		proc.startOnce.Do(func() { close(proc.started) })
 		sb.procs[p.ID] = proc
+		sb.unclaimed[p.ID] = true
 	}
 	// Their status is known, and their captured output can still be read.
 	sb.ended = map[uint64]*process{}

@@ -61,15 +61,19 @@ type sandbox struct {
 	reaper      *os.File // write end of the reaper's pipe, or nil
 	destroyed   bool
 
-	mu      sync.Mutex
-	nextID  uint64
-	idBase  uint64 // the id before the first process's (runtime.Spec.FirstProcessID)
-	procs   map[uint64]*process
-	ended   map[uint64]*process // after Adopt: processes that ended while no supervisor was connected
-	nextSeq uint64
-	calls   map[uint64]chan *agent.Message // pending requests (read, file, stdin) by sequence
-	done    chan struct{}                  // closed when the control channel is gone
-	destroy sync.Once
+	mu     sync.Mutex
+	nextID uint64
+	idBase uint64 // the id before the first process's (runtime.Spec.FirstProcessID)
+	procs  map[uint64]*process
+	ended  map[uint64]*process // after Adopt: processes that ended while no supervisor was connected
+	// unclaimed: after Adopt, the processes reported running that the
+	// caller has not asked for yet (Process); one that exits first goes
+	// to ended rather than out of sight.
+	unclaimed map[uint64]bool
+	nextSeq   uint64
+	calls     map[uint64]chan *agent.Message // pending requests (read, file, stdin) by sequence
+	done      chan struct{}                  // closed when the control channel is gone
+	destroy   sync.Once
 }
 
 var _ runtime.Sandbox = (*sandbox)(nil)
@@ -135,6 +139,10 @@ func (sb *sandbox) dispatch(m *agent.Message, files []*os.File) {
 		case agent.TypeExit:
 			if closed(p.started) {
 				delete(sb.procs, id)
+				if sb.unclaimed[id] {
+					delete(sb.unclaimed, id)
+					sb.ended[id] = p
+				}
 			}
 		case agent.TypeStarted, agent.TypeError:
 			if closed(p.exit) {
