@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"encoding/json"
+	"io"
 	"os"
 	"strconv"
 )
@@ -25,6 +27,29 @@ type SleptStream struct {
 	End   uint64 `json:"end"`
 	Cap   int    `json:"cap"`
 	Data  []byte `json:"data"`
+}
+
+// File returns a memfd holding st, positioned at its start, for the
+// agent executed again (ReadSleepState).
+func (st *SleepState) File() (*os.File, error) {
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	return spillFile(raw)
+}
+
+// ReadSleepState reads what File wrote.
+func ReadSleepState(f *os.File) (*SleepState, error) {
+	raw, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	var st SleepState
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
 }
 
 // procRoot is where idleState lists the sandbox's processes.

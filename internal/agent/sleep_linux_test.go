@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -45,16 +44,17 @@ func TestSleepState(t *testing.T) {
 	if why != "" {
 		t.Fatalf("an idle agent stays awake: %s", why)
 	}
-	raw, err := json.Marshal(st) // as it travels
+	f, err := st.File() // as it travels
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back SleepState
-	if err := json.Unmarshal(raw, &back); err != nil {
+	back, err := ReadSleepState(f)
+	f.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
 	r := newServer()
-	r.Resume(&back)
+	r.Resume(back)
 	if r.maxID != 7 || !reflect.DeepEqual(r.finished, s.finished) {
 		t.Fatalf("resumed: max id %d, finished %v", r.maxID, r.finished)
 	}

@@ -24,8 +24,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -74,23 +72,12 @@ func sleepFunc(listener *os.File) func(*agent.Conn, *agent.SleepState) error {
 // sleep executes the sleeper; it returns only on failure, with everything
 // as it was.
 func sleep(conn *agent.Conn, listener *os.File, st *agent.SleepState) error {
-	raw, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	state, err := unix.MemfdCreate("airlock-agent-state", unix.MFD_CLOEXEC)
+	stateFile, err := st.File()
 	if err != nil {
 		return fmt.Errorf("sleep: %w", err)
 	}
-	defer unix.Close(state) // reached only on failure
-	for b := raw; len(b) > 0; {
-		n, err := unix.Write(state, b)
-		if err != nil {
-			return fmt.Errorf("sleep: %w", err)
-		}
-		b = b[n:]
-	}
-	fds := sleepFDs{Conn: int(conn.File().Fd()), Listener: -1, Root: -1, Sleeper: int(sleeper.Fd()), Agent: int(agentProgram.Fd()), State: state}
+	defer stateFile.Close() // reached only on failure
+	fds := sleepFDs{Conn: int(conn.File().Fd()), Listener: -1, Root: -1, Sleeper: int(sleeper.Fd()), Agent: int(agentProgram.Fd()), State: int(stateFile.Fd())}
 	if listener != nil {
 		fds.Listener = int(listener.Fd())
 	}
@@ -152,13 +139,9 @@ func ResumeMain() {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		os.Exit(121)
 	}
-	state := os.NewFile(uintptr(fds.State), "state")
-	raw, err := io.ReadAll(io.NewSectionReader(state, 0, math.MaxInt64)) // from its start: it was written, not read
-	state.Close()
-	var st agent.SleepState
-	if err == nil {
-		err = json.Unmarshal(raw, &st)
-	}
+	stateFile := os.NewFile(uintptr(fds.State), "state")
+	st, err := agent.ReadSleepState(stateFile)
+	stateFile.Close()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "airlock agent: resumed without its state:", err)
 		os.Exit(121)
@@ -177,7 +160,7 @@ func ResumeMain() {
 	sigs := agent.CatchSignalsAsInit()
 	srv := agent.NewServer(agent.NewConn(os.NewFile(uintptr(fds.Conn), "control")), listener)
 	srv.Signals = sigs
-	srv.Resume(&st)
+	srv.Resume(st)
 	srv.Sleep = sleepFunc(listener)
 	srv.Serve()
 	os.Exit(0)
