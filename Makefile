@@ -2,7 +2,7 @@
 export CGO_ENABLED := 0
 GO ?= go
 
-.PHONY: build install-runsc test unit e2e bench bench-serve bench-scale bench-e2b bench-egress bench-cache bench-review bench-record serve fmt vet lint clean
+.PHONY: build install-runsc test unit e2e bench bench-serve bench-scale bench-e2b bench-egress bench-cache bench-review bench-record bench-procs serve fmt vet lint clean
 
 # airlock embeds the sandbox init (cmd/airlock-init, internal/initbin): a
 # small program that links only the sandbox code, started as every sandbox's
@@ -85,6 +85,11 @@ bench-cache: build
 # 100k-file workspace (see cmd/airlock-bench/review.go).
 bench-review: build
 	$(GO) run ./cmd/airlock-bench review -n 30
+
+# One more process inside a sandbox (a shell's fork+exec of /bin/true, timed
+# inside): host, bwrap, native, gVisor with and without the filter, runsc do.
+bench-procs: build
+	$(GO) run ./cmd/airlock-bench procs -n 10
 
 # airlock run without and with --record (as root): 500 execs, a warm go
 # build, `true`.

@@ -23,6 +23,10 @@
 // `airlock run`, and review and apply of a few changes in a 100k-file
 // workspace; see review.go.
 //
+// `airlock-bench procs` (`make bench-procs`) measures one more process
+// inside a running sandbox (a shell's fork, exec and wait), on the host,
+// under bwrap, native and gVisor; see procs.go.
+//
 // `airlock-bench ab OLD NEW` and `airlock-bench ab-serve OLD NEW` compare
 // two builds, alternating them measurement by measurement: `airlock run`
 // (wall and CPU), and the service's exec round trip or warm create ->
@@ -245,6 +249,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "review" {
 		os.Exit(runReview(os.Args[2:])) // review.go
+	}
+	if len(os.Args) > 1 && os.Args[1] == "procs" {
+		os.Exit(runProcs(os.Args[2:])) // procs.go
 	}
 	if len(os.Args) > 1 && os.Args[1] == "ab" {
 		os.Exit(runAB(os.Args[2:])) // ab.go
