@@ -344,7 +344,8 @@ func (m *Manager) assign(ctx context.Context, sb *Sandbox, req *api.CreateSandbo
 	if err := m.writeFiles(ctx, rt, req.Files); err != nil {
 		return api.Sandbox{}, err
 	}
-	if err := m.st.PutSandbox(ctx, &r); err != nil {
+	// The record gets its labels now, and never had any before.
+	if err := m.st.PutAssigned(ctx, &r); err != nil {
 		return api.Sandbox{}, fmt.Errorf("store: %w", err)
 	}
 	sb.mu.Lock()

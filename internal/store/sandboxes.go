@@ -47,45 +47,85 @@ type Filter struct {
 const sandboxCols = `id, state, reason, image, policy, spec, pool,
 	created_at, last_activity, expires_at, deadline, ended_at, idle_timeout, host_uid, host_gid, tenant`
 
-// PutSandbox inserts sb or replaces the record with its ID, labels included.
-// The sandbox's processes are kept.
-func (s *Store) PutSandbox(ctx context.Context, sb *Sandbox) error {
+// upsertSandbox writes a sandbox's row. An upsert, not INSERT OR REPLACE:
+// replacing would delete the row and cascade to its processes.
+const upsertSandbox = `INSERT INTO sandboxes (` + sandboxCols + `)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (id) DO UPDATE SET
+		state = excluded.state, reason = excluded.reason, image = excluded.image,
+		policy = excluded.policy, spec = excluded.spec, pool = excluded.pool,
+		created_at = excluded.created_at, last_activity = excluded.last_activity,
+		expires_at = excluded.expires_at, deadline = excluded.deadline,
+		ended_at = excluded.ended_at, idle_timeout = excluded.idle_timeout,
+		host_uid = excluded.host_uid, host_gid = excluded.host_gid, tenant = excluded.tenant`
+
+// sandboxArgs are upsertSandbox's arguments for sb.
+func sandboxArgs(sb *Sandbox) ([]any, error) {
 	if sb == nil || sb.ID == "" {
-		return errors.New("store: sandbox without an ID")
+		return nil, errors.New("store: sandbox without an ID")
 	}
 	var e timeEnc
 	args := []any{sb.ID, sb.State, sb.Reason, sb.Image, sb.Policy, nilIfEmpty(sb.Spec), sb.Pool,
 		e.at(sb.CreatedAt), e.at(sb.LastActivity), e.ptr(sb.ExpiresAt), e.ptr(sb.Deadline), e.ptr(sb.EndedAt),
 		int64(sb.IdleTimeout), sb.HostUID, sb.HostGID, sb.Tenant}
 	if e.err != nil {
-		return fmt.Errorf("sandbox %q: %w", sb.ID, e.err)
+		return nil, fmt.Errorf("sandbox %q: %w", sb.ID, e.err)
+	}
+	return args, nil
+}
+
+// PutSandbox inserts sb or replaces the record with its ID, labels included.
+// The sandbox's processes are kept.
+func (s *Store) PutSandbox(ctx context.Context, sb *Sandbox) error {
+	args, err := sandboxArgs(sb)
+	if err != nil {
+		return err
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
-		// An upsert, not INSERT OR REPLACE: replacing would delete the row and
-		// cascade to its processes.
-		_, err := s.preparedExec(ctx, tx, `INSERT INTO sandboxes (`+sandboxCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (id) DO UPDATE SET
-				state = excluded.state, reason = excluded.reason, image = excluded.image,
-				policy = excluded.policy, spec = excluded.spec, pool = excluded.pool,
-				created_at = excluded.created_at, last_activity = excluded.last_activity,
-				expires_at = excluded.expires_at, deadline = excluded.deadline,
-				ended_at = excluded.ended_at, idle_timeout = excluded.idle_timeout,
-				host_uid = excluded.host_uid, host_gid = excluded.host_gid, tenant = excluded.tenant`, args...)
-		if err != nil {
+		if _, err := s.preparedExec(ctx, tx, upsertSandbox, args...); err != nil {
 			return err
 		}
 		if _, err := s.preparedExec(ctx, tx, `DELETE FROM labels WHERE sandbox_id = ?`, sb.ID); err != nil {
 			return err
 		}
-		for k, v := range sb.Labels {
-			_, err := s.preparedExec(ctx, tx, `INSERT INTO labels (sandbox_id, key, value) VALUES (?, ?, ?)`, sb.ID, k, v)
-			if err != nil {
-				return err
-			}
-		}
-		return nil
+		return s.insertLabels(ctx, tx, sb)
 	})
+}
+
+// PutAssigned is PutSandbox for a sandbox whose stored record, if any, has
+// no labels: one being handed to its caller, which is when a sandbox gets
+// its labels (the manager never changes them after). There is nothing to
+// delete first, and a record without labels is one statement committed on
+// its own rather than a transaction of three. That write is on the path of
+// every creation from a warm pool, which starts from an idle daemon
+// (BenchmarkAssign, 300 writes, three runs: after 20 ms of idleness
+// 463-484 µs this way against 675-680 µs through PutSandbox; back to back
+// 209-242 against 268-311 µs).
+func (s *Store) PutAssigned(ctx context.Context, sb *Sandbox) error {
+	args, err := sandboxArgs(sb)
+	if err != nil {
+		return err
+	}
+	if len(sb.Labels) == 0 {
+		return s.writeOne(ctx, upsertSandbox, args...)
+	}
+	return s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := s.preparedExec(ctx, tx, upsertSandbox, args...); err != nil {
+			return err
+		}
+		return s.insertLabels(ctx, tx, sb)
+	})
+}
+
+// insertLabels adds sb's labels to its record.
+func (s *Store) insertLabels(ctx context.Context, tx *sql.Tx, sb *Sandbox) error {
+	for k, v := range sb.Labels {
+		_, err := s.preparedExec(ctx, tx, `INSERT INTO labels (sandbox_id, key, value) VALUES (?, ?, ?)`, sb.ID, k, v)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // GetSandbox returns the sandbox with the given ID.

@@ -278,12 +278,12 @@ func (s *Store) write(ctx context.Context, fn func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// prepared returns query as a statement of tx. The statement is prepared
-// once and kept (database/sql then prepares it once per connection):
-// SQLite parses a query's text on every plain Exec, which was about half of
-// the store's CPU time per process start and end. Only for the queries of
-// the busiest writes; each distinct text is kept until Close.
-func (s *Store) prepared(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+// stmt returns query prepared. The statement is prepared once and kept
+// (database/sql then prepares it once per connection): SQLite parses a
+// query's text on every plain Exec, which was about half of the store's
+// CPU time per process start and end. Only for the queries of the busiest
+// writes; each distinct text is kept until Close.
+func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	v, ok := s.stmts.Load(query)
 	if !ok {
 		st, err := s.db.PrepareContext(ctx, query)
@@ -294,7 +294,34 @@ func (s *Store) prepared(ctx context.Context, tx *sql.Tx, query string) (*sql.St
 			st.Close()
 		}
 	}
-	return tx.StmtContext(ctx, v.(*sql.Stmt)), nil
+	return v.(*sql.Stmt), nil
+}
+
+// prepared returns query, prepared (stmt), as a statement of tx.
+func (s *Store) prepared(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return tx.StmtContext(ctx, st), nil
+}
+
+// writeOne runs one prepared statement as a write of its own: SQLite
+// commits it alone (autocommit), atomically, without the round trips of a
+// transaction's BEGIN and COMMIT; writers still take turns as in write.
+func (s *Store) writeOne(ctx context.Context, query string, args ...any) error {
+	select {
+	case s.wtok <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.wtok }()
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return err
+	}
+	_, err = st.ExecContext(ctx, args...)
+	return err
 }
 
 // preparedExec runs a prepared query in tx.

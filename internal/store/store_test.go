@@ -220,6 +220,52 @@ func TestPutSandboxUpserts(t *testing.T) {
 	}
 }
 
+// TestPutAssigned: a pool member's record (no labels) rewritten as its
+// caller's sandbox, with and without labels, and a record not stored yet;
+// the processes are kept, as with PutSandbox.
+func TestPutAssigned(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	for _, labels := range []map[string]string{nil, {"team": "a", "'; --": "%_"}} {
+		id := fmt.Sprintf("sb%d", len(labels))
+		mustPut(t, s, &Sandbox{ID: id, State: "running", Pool: "default", CreatedAt: at(0), LastActivity: at(0)})
+		if err := s.PutProcess(ctx, &Process{SandboxID: id, ID: 1, StartedAt: at(0)}); err != nil {
+			t.Fatal(err)
+		}
+		want := &Sandbox{ID: id, State: "running", Policy: "p", Spec: []byte(`{"x":1}`), Labels: labels, Tenant: "t",
+			CreatedAt: at(time.Minute), LastActivity: at(time.Minute), ExpiresAt: ptr(at(time.Hour)), Deadline: ptr(at(2 * time.Hour)), IdleTimeout: time.Minute}
+		if err := s.PutAssigned(ctx, want); err != nil {
+			t.Fatalf("PutAssigned(%s): %v", id, err)
+		}
+		if got := mustGet(t, s, id); !reflect.DeepEqual(got, want) {
+			t.Errorf("after PutAssigned:\n got %+v\nwant %+v", got, want)
+		}
+		if procs, err := s.ListProcesses(ctx, id); err != nil || len(procs) != 1 {
+			t.Errorf("PutAssigned lost the processes: %v, %v", procs, err)
+		}
+		for k, v := range labels {
+			if list, _, err := s.ListSandboxes(ctx, Filter{Labels: map[string]string{k: v}}); err != nil || len(list) != 1 || list[0].ID != id {
+				t.Errorf("label %q=%q: got %v, %v", k, v, ids(list), err)
+			}
+		}
+		if list, _, _ := s.ListSandboxes(ctx, Filter{Pool: ptr("default")}); len(list) != 0 {
+			t.Errorf("still a pool member: %v", ids(list))
+		}
+	}
+	fresh := &Sandbox{ID: "new", State: "running", CreatedAt: at(0), LastActivity: at(0)}
+	if err := s.PutAssigned(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, "new"); !reflect.DeepEqual(got, fresh) {
+		t.Errorf("a new record:\n got %+v\nwant %+v", got, fresh)
+	}
+	for _, bad := range []*Sandbox{nil, {State: "running"}} {
+		if err := s.PutAssigned(ctx, bad); err == nil {
+			t.Errorf("PutAssigned(%+v): no error", bad)
+		}
+	}
+}
+
 func TestSetters(t *testing.T) {
 	s, _ := openTest(t)
 	ctx := context.Background()
