@@ -107,7 +107,8 @@ func (s *Store) PutAssigned(ctx context.Context, sb *Sandbox) error {
 		return err
 	}
 	if len(sb.Labels) == 0 {
-		return s.writeOne(ctx, upsertSandbox, args...)
+		_, err := s.writeOne(ctx, upsertSandbox, args...)
+		return err
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
 		if _, err := s.preparedExec(ctx, tx, upsertSandbox, args...); err != nil {

@@ -309,19 +309,18 @@ func (s *Store) prepared(ctx context.Context, tx *sql.Tx, query string) (*sql.St
 // writeOne runs one prepared statement as a write of its own: SQLite
 // commits it alone (autocommit), atomically, without the round trips of a
 // transaction's BEGIN and COMMIT; writers still take turns as in write.
-func (s *Store) writeOne(ctx context.Context, query string, args ...any) error {
+func (s *Store) writeOne(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	select {
 	case s.wtok <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	defer func() { <-s.wtok }()
 	st, err := s.stmt(ctx, query)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = st.ExecContext(ctx, args...)
-	return err
+	return st.ExecContext(ctx, args...)
 }
 
 // preparedExec runs a prepared query in tx.
