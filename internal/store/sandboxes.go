@@ -187,15 +187,14 @@ func (s *Store) SetPool(ctx context.Context, id, pool string) error {
 	return s.update(ctx, id, `UPDATE sandboxes SET pool = ? WHERE id = ?`, pool)
 }
 
-// update runs a one-row UPDATE whose last parameter is the sandbox ID.
+// update runs a one-row UPDATE whose last parameter is the sandbox ID, as
+// a write of its own (writeOne).
 func (s *Store) update(ctx context.Context, id, query string, args ...any) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, query, append(args, id)...)
-		if err != nil {
-			return err
-		}
-		return mustAffect(res, fmt.Sprintf("sandbox %q", id))
-	})
+	res, err := s.writeOne(ctx, query, append(args, id)...)
+	if err != nil {
+		return err
+	}
+	return mustAffect(res, fmt.Sprintf("sandbox %q", id))
 }
 
 // TouchMany records the last activity of many sandboxes in one transaction.

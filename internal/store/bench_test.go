@@ -68,3 +68,23 @@ func BenchmarkAssign(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSetState is one of the one-row updates of a sandbox's life
+// (state, creation, expiry, spec, pool).
+func BenchmarkSetState(b *testing.B) {
+	s, err := Open(context.Background(), b.TempDir()+"/airlock.db")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.PutSandbox(ctx, &Sandbox{ID: "sb", State: "running"}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		if err := s.SetState(ctx, "sb", []string{"paused", "running"}[i%2], "", nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
