@@ -7,15 +7,20 @@ import (
 	"time"
 )
 
-// BenchmarkPutProcess is the store's part of every exec: one process
-// record written at its end (an upsert of a new row).
-func BenchmarkPutProcess(b *testing.B) {
+// benchStore opens a store of its own for b, closed when b ends.
+func benchStore(b *testing.B) (*Store, context.Context) {
 	s, err := Open(context.Background(), b.TempDir()+"/airlock.db")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
-	ctx := context.Background()
+	b.Cleanup(func() { s.Close() })
+	return s, context.Background()
+}
+
+// BenchmarkPutProcess is the store's part of every exec: one process
+// record written at its end (an upsert of a new row).
+func BenchmarkPutProcess(b *testing.B) {
+	s, ctx := benchStore(b)
 	if err := s.PutSandbox(ctx, &Sandbox{ID: "sb"}); err != nil {
 		b.Fatal(err)
 	}
@@ -42,12 +47,7 @@ func BenchmarkAssign(b *testing.B) {
 	}{{"PutSandbox", (*Store).PutSandbox}, {"PutAssigned", (*Store).PutAssigned}} {
 		for _, pause := range []time.Duration{0, 20 * time.Millisecond} {
 			b.Run(fmt.Sprintf("%s/pause=%v", put.name, pause), func(b *testing.B) {
-				s, err := Open(context.Background(), b.TempDir()+"/airlock.db")
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
-				ctx := context.Background()
+				s, ctx := benchStore(b)
 				now := time.Now().UTC()
 				exp := now.Add(time.Hour)
 				b.ResetTimer()
@@ -72,12 +72,7 @@ func BenchmarkAssign(b *testing.B) {
 // BenchmarkSetState is one of the one-row updates of a sandbox's life
 // (state, creation, expiry, spec, pool).
 func BenchmarkSetState(b *testing.B) {
-	s, err := Open(context.Background(), b.TempDir()+"/airlock.db")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	ctx := context.Background()
+	s, ctx := benchStore(b)
 	if err := s.PutSandbox(ctx, &Sandbox{ID: "sb", State: "running"}); err != nil {
 		b.Fatal(err)
 	}

@@ -96,7 +96,7 @@ func (s *Store) PutSandbox(ctx context.Context, sb *Sandbox) error {
 // no labels: one being handed to its caller, which is when a sandbox gets
 // its labels (the manager never changes them after). There is nothing to
 // delete first, and a record without labels is one statement committed on
-// its own rather than a transaction of three. That write is on the path of
+// its own rather than a transaction of two. That write is on the path of
 // every creation from a warm pool, which starts from an idle daemon
 // (BenchmarkAssign, 300 writes, three runs: after 20 ms of idleness
 // 463-484 µs this way against 675-680 µs through PutSandbox; back to back
