@@ -222,15 +222,16 @@ func (m *Manager) createSandbox(ctx context.Context, p *policy.Policy, rec specR
 	// that (Recover). The write goes on while the runtime makes the
 	// sandbox (it took 0.3 ms of a cold creation's path), except for a
 	// recorded sandbox, whose record stores events from the start.
+	// A new record, without labels: one statement (PutAssigned).
 	stored := make(chan error, 1)
 	if rec.Record {
-		if err := m.st.PutSandbox(ctx, &sb.rec); err != nil {
+		if err := m.st.PutAssigned(ctx, &sb.rec); err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 		close(stored)
 	} else {
 		r := sb.rec
-		go func() { stored <- m.st.PutSandbox(ctx, &r); close(stored) }()
+		go func() { stored <- m.st.PutAssigned(ctx, &r); close(stored) }()
 	}
 	// Waited for on every way out below, before forget's delete.
 	storeErr := func() error {

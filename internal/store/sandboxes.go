@@ -93,14 +93,14 @@ func (s *Store) PutSandbox(ctx context.Context, sb *Sandbox) error {
 }
 
 // PutAssigned is PutSandbox for a sandbox whose stored record, if any, has
-// no labels: one being handed to its caller, which is when a sandbox gets
-// its labels (the manager never changes them after). There is nothing to
-// delete first, and a record without labels is one statement committed on
-// its own rather than a transaction of two. That write is on the path of
-// every creation from a warm pool, which starts from an idle daemon
-// (BenchmarkAssign, 300 writes, three runs: after 20 ms of idleness
-// 463-484 µs this way against 675-680 µs through PutSandbox; back to back
-// 209-242 against 268-311 µs).
+// no labels: a new one, or one being handed to its caller, which is when
+// a sandbox gets its labels (the manager never changes them after). There
+// is nothing to delete first, and a record without labels is one
+// statement committed on its own rather than a transaction of two. That
+// write is on the path of every creation from a warm pool, which starts
+// from an idle daemon (BenchmarkAssign, 300 writes, three runs: after 20
+// ms of idleness 463-484 µs this way against 675-680 µs through
+// PutSandbox; back to back 209-242 against 268-311 µs).
 func (s *Store) PutAssigned(ctx context.Context, sb *Sandbox) error {
 	args, err := sandboxArgs(sb)
 	if err != nil {
