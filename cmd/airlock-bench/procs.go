@@ -51,10 +51,9 @@ func runProcs(args []string) int {
 	}
 	sh := []string{"/bin/sh", "-c", procsScript, "sh", strconv.Itoa(*loop)}
 	type row struct {
-		name        string
-		argv        []string
-		attribution bool
-		ns          []float64
+		name string
+		argv []string
+		ns   []float64
 	}
 	rows := []*row{{name: "host (no sandbox)", argv: sh}}
 	if bw, err := exec.LookPath("bwrap"); err == nil {
@@ -75,7 +74,7 @@ func runProcs(args []string) int {
 		}
 		defer os.RemoveAll(doRoot)
 		gv = &row{name: "airlock run --runtime gvisor", argv: append([]string{*al, "run", "--runtime", "gvisor", "--"}, sh...)}
-		gvNoFilter = &row{name: "the same, --insecure-no-seccomp (attribution)", attribution: true,
+		gvNoFilter = &row{name: "the same, --insecure-no-seccomp (attribution)",
 			argv: append([]string{*al, "run", "--runtime", "gvisor", "--insecure-no-seccomp", "--"}, sh...)}
 		runscDo = &row{name: "runsc do (gvisor, no filter)",
 			argv: append([]string{runsc, "--root", doRoot, "--network=none", "--sidecar-usage-policy=LEGACY_DEPRECATED_SLOW_EMBEDDED_FALLBACK", "do"}, sh...)}
