@@ -355,11 +355,15 @@ type lineReader struct {
 	mu    sync.Mutex
 	buf   strings.Builder
 	lines chan string
+	ended chan struct{} // closed at the stream's end
 }
 
-func newLineReader(r io.Reader) *lineReader {
-	lr := &lineReader{lines: make(chan string, 1024)}
+// newLineReader reads r to its end, and closes it then.
+func newLineReader(r io.ReadCloser) *lineReader {
+	lr := &lineReader{lines: make(chan string, 1024), ended: make(chan struct{})}
 	go func() {
+		defer close(lr.ended)
+		defer r.Close()
 		sc := bufio.NewScanner(r)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
@@ -374,6 +378,18 @@ func newLineReader(r io.Reader) *lineReader {
 		close(lr.lines)
 	}()
 	return lr
+}
+
+// drained waits, until deadline fires, for the ends of the streams:
+// everything written to them has been read.
+func drained(deadline <-chan time.Time, streams ...*lineReader) {
+	for _, lr := range streams {
+		select {
+		case <-lr.ended:
+		case <-deadline:
+			return
+		}
+	}
 }
 
 func (lr *lineReader) String() string {
@@ -407,23 +423,40 @@ func start(t testing.TB, o opts, args ...string) *bg {
 	t.Helper()
 	ctx, cancel := runContext(t, o)
 	cmd := command(ctx, o, args...)
-	so, err := cmd.StdoutPipe()
+	// Pipes of the test's own, not StdoutPipe and StderrPipe: Wait closes
+	// those as soon as the process has exited, and a reader that had not
+	// got to the last lines yet lost them (TestCheckpointReview missed
+	// the run's closing lines once).
+	so, sow, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	se, err := cmd.StderrPipe()
+	se, sew, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd.Stdout, cmd.Stderr = sow, sew
 	if o.stdin != "" {
 		cmd.Stdin = strings.NewReader(o.stdin)
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	sow.Close()
+	sew.Close()
+	if err != nil {
+		so.Close()
+		se.Close()
 		cancel()
 		t.Fatal(err)
 	}
 	b := &bg{cmd: cmd, cancel: cancel, stdout: newLineReader(so), stderr: newLineReader(se), done: make(chan struct{})}
-	go func() { b.err = cmd.Wait(); close(b.done) }()
+	go func() {
+		b.err = cmd.Wait()
+		// Done once the streams have been read to their end too (a
+		// process the run left behind that holds them cannot keep a test
+		// waiting for long).
+		drained(time.After(2*time.Second), b.stdout, b.stderr)
+		close(b.done)
+	}()
 	t.Cleanup(func() {
 		// Forwarded to the command, so airlock tears the sandbox down
 		// itself; SIGKILL only if that does not end it.
