@@ -261,10 +261,8 @@ func (s *Store) migrate(ctx context.Context) error {
 // write runs fn in an IMMEDIATE transaction, one writer at a time, and
 // commits if fn returns nil.
 func (s *Store) write(ctx context.Context, fn func(*sql.Tx) error) error {
-	select {
-	case s.wtok <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := s.turn(ctx); err != nil {
+		return err
 	}
 	defer func() { <-s.wtok }()
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -297,23 +295,23 @@ func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	return v.(*sql.Stmt), nil
 }
 
-// prepared returns query, prepared (stmt), as a statement of tx.
-func (s *Store) prepared(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
-	st, err := s.stmt(ctx, query)
-	if err != nil {
-		return nil, err
+// turn waits for this writer's turn (the write token; the caller gives it
+// back), or for ctx to end.
+func (s *Store) turn(ctx context.Context) error {
+	select {
+	case s.wtok <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return tx.StmtContext(ctx, st), nil
 }
 
 // writeOne runs one prepared statement as a write of its own: SQLite
 // commits it alone (autocommit), atomically, without the round trips of a
 // transaction's BEGIN and COMMIT; writers still take turns as in write.
 func (s *Store) writeOne(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	select {
-	case s.wtok <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := s.turn(ctx); err != nil {
+		return nil, err
 	}
 	defer func() { <-s.wtok }()
 	st, err := s.stmt(ctx, query)
@@ -323,13 +321,13 @@ func (s *Store) writeOne(ctx context.Context, query string, args ...any) (sql.Re
 	return st.ExecContext(ctx, args...)
 }
 
-// preparedExec runs a prepared query in tx.
+// preparedExec runs a prepared query (stmt) in tx.
 func (s *Store) preparedExec(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
-	st, err := s.prepared(ctx, tx, query)
+	st, err := s.stmt(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	return st.ExecContext(ctx, args...)
+	return tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 }
 
 // read runs fn in a read-only transaction, so that it sees one snapshot.
